@@ -1,0 +1,83 @@
+//! Kernel entries: the constant data `#[fp8_kernel]` generates for each kernel.
+
+use std::fmt;
+
+use crate::arch::ArchSpec;
+use crate::config::LayerConfig;
+use crate::error::KernelError;
+use crate::kernel::{Fp8Kernel, Unsupported};
+use crate::platform::Platform;
+
+/// Builds a kernel for a layer through its typed constructor.
+pub type ConstructFn = fn(&LayerConfig) -> Result<Box<dyn Fp8Kernel>, KernelError>;
+
+/// Checks whether a kernel can implement a layer config.
+pub type CanImplementFn = fn(&LayerConfig) -> Result<(), Unsupported>;
+
+/// Everything the dispatcher knows about one kernel, as a constant.
+#[derive(Copy, Clone)]
+pub struct KernelEntry {
+    /// The kernel's name (its type name).
+    pub name: &'static str,
+    /// Platform it runs on.
+    pub platform: Platform,
+    /// Position in a table: 1 is tried first.
+    pub priority: u16,
+    /// Compute capabilities its code runs on.
+    pub arch: ArchSpec,
+    /// Wider capability range allowed when the kernel is forced by name (for testing an
+    /// older-GPU kernel on a newer GPU); None when forcing does not widen it.
+    pub force_arch: Option<ArchSpec>,
+    /// Backend family (`cpu`, `cublaslt`, `marlin`, ...), for the backend override.
+    pub backend: &'static str,
+    /// Layer parameter names the constructor receives.
+    pub params: &'static [&'static str],
+    /// The config check.
+    pub can_implement: CanImplementFn,
+    /// The uniform constructor (calls the typed `new`).
+    pub construct: ConstructFn,
+}
+
+impl KernelEntry {
+    /// The same entry at another priority (a kernel may sit at different positions in
+    /// different tables).
+    pub const fn with_priority(mut self, priority: u16) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Builds the kernel for a layer, after checking the config (so a constructor is never
+    /// called for a layer the kernel rejects).
+    pub fn build(&self, config: &LayerConfig) -> Result<Box<dyn Fp8Kernel>, KernelError> {
+        (self.can_implement)(config).map_err(|reason| KernelError::Unsupported {
+            kernel: self.name,
+            reason,
+        })?;
+        (self.construct)(config)
+    }
+}
+
+impl fmt::Debug for KernelEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KernelEntry")
+            .field("name", &self.name)
+            .field("platform", &self.platform)
+            .field("priority", &self.priority)
+            .field("arch", &self.arch)
+            .field("backend", &self.backend)
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+/// Implemented by `#[fp8_kernel]` for every registered kernel type; tables list types that
+/// implement it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a registered fp8 kernel",
+    label = "not registered",
+    note = "add `#[fp8_kernel(platform = ..., priority = ..., arch = ...)]` to the type's definition"
+)]
+pub trait Registered: Fp8Kernel + Sized {
+    /// The kernel's entry.
+    const ENTRY: KernelEntry;
+}

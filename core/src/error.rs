@@ -1,0 +1,135 @@
+//! Errors kernels return: each names the problem (shape, dtype, scale layout, alignment,
+//! device) and the tensor it concerns.
+
+use crate::dtype::DType;
+use crate::kernel::Unsupported;
+
+/// An error from constructing a kernel, processing weights or applying a layer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// A tensor has the wrong shape.
+    #[error("shape mismatch for {what}: expected {expected}, got {got}")]
+    Shape {
+        /// Which tensor ("input", "weight_scale", ...).
+        what: &'static str,
+        /// The shape that was expected.
+        expected: String,
+        /// The shape that was given.
+        got: String,
+    },
+    /// A tensor has the wrong element type.
+    #[error("dtype mismatch for {what}: expected {expected}, got {got}")]
+    DType {
+        /// Which tensor.
+        what: &'static str,
+        /// The accepted dtype(s).
+        expected: String,
+        /// The dtype that was given.
+        got: DType,
+    },
+    /// A scale tensor has the wrong layout or granularity.
+    #[error("scale layout of {what}: {detail}")]
+    ScaleLayout {
+        /// Which scale tensor.
+        what: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A tensor value is NaN or infinite where it must be finite (scales).
+    #[error("{what} holds a non-finite value ({value}) at index {index}")]
+    NotFinite {
+        /// Which tensor.
+        what: &'static str,
+        /// Flat index of the first bad value.
+        index: usize,
+        /// The bad value.
+        value: f32,
+    },
+    /// A tensor is not contiguous row-major where the kernel needs it to be.
+    #[error("{what} must be contiguous row-major (strides [{cols}, 1]), got strides {strides:?}")]
+    NonContiguous {
+        /// Which tensor.
+        what: &'static str,
+        /// Number of columns of the tensor.
+        cols: usize,
+        /// The strides given.
+        strides: [usize; 2],
+    },
+    /// A buffer is shorter than its shape and strides need.
+    #[error("buffer of {what} too short: shape and strides need {needed} elements, buffer holds {len}")]
+    BufferTooSmall {
+        /// Which tensor.
+        what: &'static str,
+        /// Elements needed.
+        needed: usize,
+        /// Elements held.
+        len: usize,
+    },
+    /// A pointer or size does not meet the kernel's alignment.
+    #[error("alignment of {what}: {detail}")]
+    Alignment {
+        /// Which tensor.
+        what: &'static str,
+        /// What is misaligned.
+        detail: String,
+    },
+    /// Memory lives on the wrong device for this kernel (device memory handed to a CPU
+    /// kernel, host memory to a GPU kernel, another GPU's memory).
+    #[error("device mismatch for {what}: {detail}")]
+    Device {
+        /// Which tensor.
+        what: &'static str,
+        /// Where it is and where it had to be.
+        detail: String,
+    },
+    /// The layer config is one this kernel cannot run.
+    #[error("kernel {kernel} cannot implement this layer: {reason}")]
+    Unsupported {
+        /// The kernel.
+        kernel: &'static str,
+        /// Why not.
+        reason: Unsupported,
+    },
+    /// A layer parameter the kernel needs was not supplied.
+    #[error("layer parameter `{name}` is required by {kernel} but was not supplied")]
+    MissingParam {
+        /// The kernel.
+        kernel: &'static str,
+        /// The missing parameter's name.
+        name: &'static str,
+    },
+    /// `apply` was called before `process_weights`.
+    #[error("{kernel}: apply called before process_weights")]
+    WeightsNotProcessed {
+        /// The kernel.
+        kernel: &'static str,
+    },
+    /// An error from the backend (CUDA driver, NVRTC with its log, cuBLASLt).
+    #[error("{kernel}: {detail}")]
+    Backend {
+        /// The kernel or component.
+        kernel: &'static str,
+        /// What failed, with context.
+        detail: String,
+    },
+}
+
+impl KernelError {
+    /// Shorthand for a [`KernelError::Shape`] error.
+    pub fn shape(what: &'static str, expected: impl ToString, got: impl ToString) -> Self {
+        KernelError::Shape {
+            what,
+            expected: expected.to_string(),
+            got: got.to_string(),
+        }
+    }
+
+    /// Shorthand for a [`KernelError::Backend`] error.
+    pub fn backend(kernel: &'static str, detail: impl ToString) -> Self {
+        KernelError::Backend {
+            kernel,
+            detail: detail.to_string(),
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! Selection: walk a table in priority order, return the first kernel whose arch matches the
+//! device and whose config check accepts the layer. `explain` returns every verdict.
+
+use std::fmt;
+
+use crate::arch::{ArchSpec, Capability};
+use crate::config::LayerConfig;
+use crate::device::Device;
+use crate::entry::KernelEntry;
+use crate::kernel::Unsupported;
+use crate::table::{find_table, Registry, Table};
+
+/// Environment variable naming a kernel to force (first choice when it can run).
+pub const ENV_FORCE: &str = "FP8_LINEAR_FORCE";
+/// Environment variable with a comma-separated list of kernel names to disable.
+pub const ENV_DISABLE: &str = "FP8_LINEAR_DISABLE";
+/// Environment variable restricting selection to one backend family (`cublaslt`, `cpu`...).
+pub const ENV_BACKEND: &str = "FP8_LINEAR_BACKEND";
+
+/// Where an override came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Set through the API.
+    Api,
+    /// Read from an environment variable.
+    Env,
+}
+
+/// User overrides of the static order. Build once (e.g. [`Overrides::from_env`]) and reuse:
+/// `select` itself never reads the environment and never allocates on success.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// Kernel to try first, by name (case-insensitive).
+    pub force: Option<(String, Source)>,
+    /// Kernels never to pick, by name (case-insensitive).
+    pub disabled: Vec<(String, Source)>,
+    /// Only kernels of this backend family (`cpu`, `cublaslt`, `portable`, `marlin`...).
+    pub backend: Option<(String, Source)>,
+}
+
+impl Overrides {
+    /// No overrides.
+    pub fn none() -> Self {
+        Overrides::default()
+    }
+
+    /// Reads [`ENV_FORCE`], [`ENV_DISABLE`] and [`ENV_BACKEND`].
+    pub fn from_env() -> Self {
+        let mut o = Overrides::default();
+        if let Ok(v) = std::env::var(ENV_FORCE) {
+            if !v.trim().is_empty() {
+                o.force = Some((v.trim().to_string(), Source::Env));
+            }
+        }
+        if let Ok(v) = std::env::var(ENV_DISABLE) {
+            o.disabled.extend(
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| (s.to_string(), Source::Env)),
+            );
+        }
+        if let Ok(v) = std::env::var(ENV_BACKEND) {
+            if !v.trim().is_empty() {
+                o.backend = Some((v.trim().to_string(), Source::Env));
+            }
+        }
+        o
+    }
+
+    /// Forces a kernel by name.
+    pub fn force(mut self, name: impl Into<String>) -> Self {
+        self.force = Some((name.into(), Source::Api));
+        self
+    }
+
+    /// Disables a kernel by name.
+    pub fn disable(mut self, name: impl Into<String>) -> Self {
+        self.disabled.push((name.into(), Source::Api));
+        self
+    }
+
+    /// Restricts selection to one backend family.
+    pub fn backend(mut self, backend: impl Into<String>) -> Self {
+        self.backend = Some((backend.into(), Source::Api));
+        self
+    }
+
+    fn disabled_by(&self, name: &str) -> Option<Source> {
+        self.disabled
+            .iter()
+            .find(|(d, _)| d.eq_ignore_ascii_case(name))
+            .map(|(_, s)| *s)
+    }
+}
+
+/// The verdict on one candidate kernel.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The kernel selection returns.
+    Chosen,
+    /// It could run the layer, but a kernel before it was chosen.
+    Eligible,
+    /// Disabled by name.
+    Disabled(Source),
+    /// Not of the backend family selection was restricted to.
+    OtherBackend,
+    /// Its code cannot run on the device's compute capability.
+    ArchMismatch {
+        /// What the kernel declares.
+        arch: ArchSpec,
+        /// What the device has.
+        device: Option<Capability>,
+    },
+    /// It rejects the layer config.
+    Unsupported(Unsupported),
+}
+
+impl Verdict {
+    /// Whether the kernel could run the layer.
+    pub fn runnable(&self) -> bool {
+        matches!(self, Verdict::Chosen | Verdict::Eligible)
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Chosen => f.write_str("chosen"),
+            Verdict::Eligible => f.write_str("can run it, but a higher-priority kernel was chosen"),
+            Verdict::Disabled(Source::Env) => {
+                write!(f, "is disabled by environment variable {ENV_DISABLE}")
+            }
+            Verdict::Disabled(Source::Api) => f.write_str("is disabled by override"),
+            Verdict::OtherBackend => f.write_str("is not of the requested backend family"),
+            Verdict::ArchMismatch { arch, device } => match device {
+                Some(c) => write!(
+                    f,
+                    "requires compute capability {arch}; the device has {c} (sm_{}{})",
+                    c.major, c.minor
+                ),
+                None => write!(f, "requires compute capability {arch}; the device has none"),
+            },
+            Verdict::Unsupported(u) => write!(f, "cannot implement this layer: {u}"),
+        }
+    }
+}
+
+/// What `select` returns: the chosen kernel and, when a forced kernel could not run, why.
+#[derive(Copy, Clone, Debug)]
+pub struct Selected<'t> {
+    /// The chosen kernel.
+    pub entry: &'t KernelEntry,
+    /// When a kernel was forced but could not run: its name and the reason (selection then
+    /// fell back to the normal walk).
+    pub force_rejected: Option<(&'t str, Verdict)>,
+}
+
+/// Why no kernel could be selected.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SelectError {
+    /// The registry has no table for the device's platform and the layer's family.
+    #[error("no {family} kernel table for platform {platform} (device {device}); layer {config}")]
+    NoTable {
+        /// Platform of the device.
+        platform: String,
+        /// Family of the layer.
+        family: String,
+        /// The device.
+        device: String,
+        /// The layer.
+        config: String,
+    },
+    /// The backend filter leaves no kernel in the table.
+    #[error("no kernel of backend family `{backend}` in table {table} (backends there: {available})")]
+    NoSuchBackend {
+        /// Requested backend.
+        backend: String,
+        /// The table.
+        table: &'static str,
+        /// Backends the table has.
+        available: String,
+    },
+    /// Every candidate was rejected.
+    #[error("{}", format_no_kernel(.table, .device, .config, .reasons))]
+    NoKernel {
+        /// The table walked.
+        table: &'static str,
+        /// The device.
+        device: String,
+        /// The layer.
+        config: String,
+        /// One `(kernel, reason)` per candidate, in table order.
+        reasons: Vec<(&'static str, String)>,
+    },
+}
+
+fn format_no_kernel(
+    table: &str,
+    device: &str,
+    config: &str,
+    reasons: &[(&'static str, String)],
+) -> String {
+    let mut s = format!(
+        "Failed to find a kernel that can implement the FP8 linear layer ({config}) on {device} \
+         (table {table}). Reasons:"
+    );
+    if reasons.is_empty() {
+        s.push_str("\n  (the table is empty)");
+    }
+    for (name, r) in reasons {
+        s.push_str(&format!("\n  {name} {r}."));
+    }
+    s
+}
+
+fn arch_ok(arch: ArchSpec, device: &Device) -> Result<(), Verdict> {
+    if arch.matches(device.capability) {
+        Ok(())
+    } else {
+        Err(Verdict::ArchMismatch {
+            arch,
+            device: device.capability,
+        })
+    }
+}
+
+/// The verdict for one entry, ignoring the force override. `Ok` means it can run.
+fn judge(
+    e: &KernelEntry,
+    device: &Device,
+    config: &LayerConfig,
+    ov: &Overrides,
+) -> Result<(), Verdict> {
+    if let Some(src) = ov.disabled_by(e.name) {
+        return Err(Verdict::Disabled(src));
+    }
+    if let Some((b, _)) = &ov.backend {
+        if !b.eq_ignore_ascii_case(e.backend) {
+            return Err(Verdict::OtherBackend);
+        }
+    }
+    if !e.platform.same(device.platform) {
+        return Err(Verdict::ArchMismatch {
+            arch: e.arch,
+            device: device.capability,
+        });
+    }
+    arch_ok(e.arch, device)?;
+    (e.can_implement)(config).map_err(Verdict::Unsupported)
+}
+
+/// Verdict for a forced entry: like `judge`, but a kernel's `force_arch` widens its arch.
+fn judge_forced(
+    e: &KernelEntry,
+    device: &Device,
+    config: &LayerConfig,
+    ov: &Overrides,
+) -> Result<(), Verdict> {
+    match judge(e, device, config, ov) {
+        Err(Verdict::ArchMismatch { .. }) if e.force_arch.is_some() => {
+            arch_ok(e.force_arch.unwrap_or(e.arch), device)?;
+            (e.can_implement)(config).map_err(Verdict::Unsupported)
+        }
+        other => other,
+    }
+}
+
+fn check_backend(table: &Table, ov: &Overrides) -> Result<(), SelectError> {
+    if let Some((b, _)) = &ov.backend {
+        if !table.entries.iter().any(|e| e.backend.eq_ignore_ascii_case(b)) {
+            let mut avail: Vec<&str> = table.entries.iter().map(|e| e.backend).collect();
+            avail.dedup();
+            return Err(SelectError::NoSuchBackend {
+                backend: b.clone(),
+                table: table.name,
+                available: avail.join(", "),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Picks the kernel for a layer from one table. Allocation-free on success.
+pub fn select<'t>(
+    table: &'t Table,
+    device: &Device,
+    config: &LayerConfig,
+    ov: &Overrides,
+) -> Result<Selected<'t>, SelectError> {
+    let mut force_rejected = None;
+    if let Some((name, _)) = &ov.force {
+        if let Some(e) = table.entries.iter().find(|e| e.name.eq_ignore_ascii_case(name)) {
+            match judge_forced(e, device, config, ov) {
+                Ok(()) => {
+                    return Ok(Selected {
+                        entry: e,
+                        force_rejected: None,
+                    })
+                }
+                Err(v) => force_rejected = Some((e.name, v)),
+            }
+        }
+    }
+    if ov.backend.is_some() {
+        check_backend(table, ov)?;
+    }
+    for e in table.entries {
+        if judge(e, device, config, ov).is_ok() {
+            return Ok(Selected {
+                entry: e,
+                force_rejected,
+            });
+        }
+    }
+    Err(no_kernel(table, device, config, ov))
+}
+
+fn no_kernel(table: &Table, device: &Device, config: &LayerConfig, ov: &Overrides) -> SelectError {
+    SelectError::NoKernel {
+        table: table.name,
+        device: device.to_string(),
+        config: config.to_string(),
+        reasons: table
+            .entries
+            .iter()
+            .map(|e| {
+                let v = judge(e, device, config, ov).err().unwrap_or(Verdict::Eligible);
+                (e.name, v.to_string())
+            })
+            .collect(),
+    }
+}
+
+/// Picks the table for the device's platform and the layer's family, then selects.
+pub fn select_in(
+    registry: &Registry,
+    device: &Device,
+    config: &LayerConfig,
+    ov: &Overrides,
+) -> Result<Selected<'static>, SelectError> {
+    let table = find_table(registry, device.platform, config.family()).ok_or_else(|| {
+        SelectError::NoTable {
+            platform: device.platform.to_string(),
+            family: config.family().to_string(),
+            device: device.to_string(),
+            config: config.to_string(),
+        }
+    })?;
+    select(table, device, config, ov)
+}
+
+/// One row of an explanation.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// The kernel.
+    pub entry: &'static KernelEntry,
+    /// Its verdict.
+    pub verdict: Verdict,
+}
+
+/// The whole decision for one layer on one device: every candidate with its verdict.
+#[derive(Clone, Debug)]
+pub struct Explanation {
+    /// The table walked.
+    pub table: &'static Table,
+    /// Every candidate in table order.
+    pub candidates: Vec<Candidate>,
+    /// Index of the chosen candidate, if any.
+    pub chosen: Option<usize>,
+    /// A forced kernel that could not run, and why.
+    pub force_rejected: Option<(&'static str, Verdict)>,
+    /// The error `select` returns, when nothing fits.
+    pub error: Option<SelectError>,
+}
+
+/// Explains the decision for a layer: the verdict on every candidate in the table.
+pub fn explain(
+    table: &'static Table,
+    device: &Device,
+    config: &LayerConfig,
+    ov: &Overrides,
+) -> Explanation {
+    let result = select(table, device, config, ov);
+    let chosen_name = result.as_ref().ok().map(|s| s.entry.name);
+    let mut candidates = Vec::with_capacity(table.entries.len());
+    let mut chosen = None;
+    for (i, e) in table.entries.iter().enumerate() {
+        let verdict = if Some(e.name) == chosen_name {
+            chosen = Some(i);
+            Verdict::Chosen
+        } else {
+            match judge(e, device, config, ov) {
+                Ok(()) => Verdict::Eligible,
+                Err(v) => v,
+            }
+        };
+        candidates.push(Candidate { entry: e, verdict });
+    }
+    let (force_rejected, error) = match result {
+        Ok(s) => (s.force_rejected, None),
+        Err(e) => (None, Some(e)),
+    };
+    Explanation {
+        table,
+        candidates,
+        chosen,
+        force_rejected,
+        error,
+    }
+}
+
+/// Like [`explain`], finding the table in a registry first.
+pub fn explain_in(
+    registry: &Registry,
+    device: &Device,
+    config: &LayerConfig,
+    ov: &Overrides,
+) -> Result<Explanation, SelectError> {
+    let table = find_table(registry, device.platform, config.family()).ok_or_else(|| {
+        SelectError::NoTable {
+            platform: device.platform.to_string(),
+            family: config.family().to_string(),
+            device: device.to_string(),
+            config: config.to_string(),
+        }
+    })?;
+    Ok(explain(table, device, config, ov))
+}

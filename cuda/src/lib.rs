@@ -1,0 +1,1 @@
+//! CUDA driver layer (filled by the CUDA backend work).

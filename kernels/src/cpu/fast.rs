@@ -1,0 +1,132 @@
+//! The fast CPU default: weights dequantized to f32 once at load, activations quantized per
+//! the layer's key and dequantized, then a multithreaded f32 GEMM (matrixmultiply's packed
+//! SGEMM kernels, split across threads with rayon).
+
+use fp8_linear_core::validate::check_io;
+use fp8_linear_core::{
+    fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
+    Unsupported,
+};
+use rayon::prelude::*;
+
+use super::checks::cpu_can_implement;
+use super::host::{to_f32, write_output, ActScratch, HostWeights};
+
+/// Fast CPU kernel for every FP8 layer kind: the embedded default when there is no GPU.
+#[fp8_kernel(platform = Cpu, priority = 1, backend = cpu)]
+pub struct CpuFp8Gemm {
+    config: LayerConfig,
+    /// Dequantized weight `[n, k]`, row-major.
+    w: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    host: Option<HostWeights>,
+    act: ActScratch,
+    a: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+impl CpuFp8Gemm {
+    /// Builds the kernel for a layer.
+    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+        Ok(CpuFp8Gemm {
+            config: *config,
+            w: Vec::new(),
+            bias: None,
+            host: None,
+            act: ActScratch::default(),
+            a: Vec::new(),
+            acc: Vec::new(),
+        })
+    }
+}
+
+/// `c[m, n] = a[m, k] @ w[n, k]^T`, split over threads along the larger of M and N.
+pub(crate) fn sgemm_abt(a: &[f32], w: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
+    let threads = rayon::current_num_threads().max(1);
+    // SAFETY (all calls below): the pointers cover [rows, k] / [cols, k] / [rows, n] row-major
+    // slices that outlive the call, with the strides given.
+    let run = |a: &[f32], w: &[f32], c: &mut [f32], rows: usize, cols: usize, c_stride: usize| unsafe {
+        matrixmultiply::sgemm(
+            rows,
+            k,
+            cols,
+            1.0,
+            a.as_ptr(),
+            k as isize,
+            1,
+            w.as_ptr(),
+            1,
+            k as isize,
+            0.0,
+            c.as_mut_ptr(),
+            c_stride as isize,
+            1,
+        )
+    };
+    if threads == 1 || m * n * k < 1 << 18 {
+        run(a, w, c, m, n, n);
+    } else if m >= threads * 4 {
+        let rows = m.div_ceil(threads);
+        c.par_chunks_mut(rows * n)
+            .zip(a.par_chunks(rows * k))
+            .for_each(|(c, a)| run(a, w, c, a.len() / k, n, n));
+    } else {
+        // Few rows (decode): split the output columns; each thread writes a column stripe.
+        let cols = n.div_ceil(threads).next_multiple_of(16).min(n);
+        let stripes: Vec<(usize, Vec<f32>)> = w
+            .par_chunks(cols * k)
+            .enumerate()
+            .map(|(s, ws)| {
+                let nc = ws.len() / k;
+                let mut part = vec![0f32; m * nc];
+                run(a, ws, &mut part, m, nc, nc);
+                (s * cols, part)
+            })
+            .collect();
+        for (j0, part) in stripes {
+            let nc = part.len() / m;
+            for i in 0..m {
+                c[i * n + j0..i * n + j0 + nc].copy_from_slice(&part[i * nc..(i + 1) * nc]);
+            }
+        }
+    }
+}
+
+impl Fp8Kernel for CpuFp8Gemm {
+    fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
+        cpu_can_implement(config)
+    }
+
+    fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
+        let host = HostWeights::load(self.name(), &self.config, weights)?;
+        self.w = host.dequantized();
+        self.bias = host.bias.clone();
+        self.host = Some(host);
+        Ok(())
+    }
+
+    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
+        let name = self.name();
+        let c = self.config;
+        let host = self
+            .host
+            .as_ref()
+            .ok_or(KernelError::WeightsNotProcessed { kernel: name })?;
+        let m = check_io(&c, input, output)?;
+        to_f32(name, "input", input, &mut self.act.x)?;
+        self.act.quantize(&c, host, m);
+        self.act.dequantized_into(&c, m, &mut self.a);
+        self.acc.resize(m * c.n, 0.0);
+        sgemm_abt(&self.a, &self.w, &mut self.acc, m, c.n, c.k);
+        if let Some(b) = &self.bias {
+            for row in self.acc.chunks_mut(c.n) {
+                row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+            }
+        }
+        write_output(name, &self.acc, output)
+    }
+
+    fn name(&self) -> &'static str {
+        "CpuFp8Gemm"
+    }
+}

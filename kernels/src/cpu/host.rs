@@ -1,0 +1,243 @@
+//! Host-side pieces shared by the CPU kernels: reading inputs as f32, copying a layer's
+//! weights out of its views, quantizing activations per the layer's key, writing outputs.
+
+use fp8_linear_core::fp8::e4m3_to_f32;
+use fp8_linear_core::quant::GroupShape;
+use fp8_linear_core::tensor::{Data, DataMut};
+use fp8_linear_core::{DType, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut};
+use half::{bf16, f16};
+
+use super::quantize;
+
+fn host_only(what: &'static str, kernel: &'static str) -> KernelError {
+    KernelError::Device {
+        what,
+        detail: format!("{kernel} runs on the CPU and needs host memory; got device memory"),
+    }
+}
+
+/// Host f32 copy of a contiguous tensor (f32, bf16 or f16), into `buf`.
+pub fn to_f32(
+    kernel: &'static str,
+    what: &'static str,
+    t: &Tensor<'_>,
+    buf: &mut Vec<f32>,
+) -> Result<(), KernelError> {
+    let n = t.shape[0] * t.shape[1];
+    buf.clear();
+    match t.data {
+        Data::F32(s) => buf.extend_from_slice(&s[..n]),
+        Data::Bf16(s) => buf.extend(s[..n].iter().map(|v| v.to_f32())),
+        Data::F16(s) => buf.extend(s[..n].iter().map(|v| v.to_f32())),
+        Data::F8E4m3(_) => {
+            return Err(KernelError::DType {
+                what,
+                expected: "f32, bf16 or f16".into(),
+                got: DType::F8E4m3,
+            })
+        }
+        Data::Device(..) => return Err(host_only(what, kernel)),
+    }
+    Ok(())
+}
+
+/// Writes `acc` (`[m, n]` f32, row-major) to the output in its dtype.
+pub fn write_output(
+    kernel: &'static str,
+    acc: &[f32],
+    out: &mut TensorMut<'_>,
+) -> Result<(), KernelError> {
+    let n = acc.len();
+    match &mut out.data {
+        DataMut::F32(o) => o[..n].copy_from_slice(acc),
+        DataMut::Bf16(o) => o[..n]
+            .iter_mut()
+            .zip(acc)
+            .for_each(|(o, v)| *o = bf16::from_f32(*v)),
+        DataMut::F16(o) => o[..n]
+            .iter_mut()
+            .zip(acc)
+            .for_each(|(o, v)| *o = f16::from_f32(*v)),
+        DataMut::F8E4m3(_) => {
+            return Err(KernelError::DType {
+                what: "output",
+                expected: "f32, bf16 or f16".into(),
+                got: DType::F8E4m3,
+            })
+        }
+        DataMut::Device(..) => return Err(host_only("output", kernel)),
+    }
+    Ok(())
+}
+
+/// A layer's weights copied to host memory: FP8 codes, scales, static activation scales,
+/// bias.
+#[derive(Clone, Debug)]
+pub struct HostWeights {
+    /// Weight codes `[n, k]`.
+    pub codes: Vec<u8>,
+    /// Weight scales, row-major in the config's scale shape.
+    pub scales: Vec<f32>,
+    /// Columns of the scale tensor.
+    pub scale_cols: usize,
+    /// Static input scale.
+    pub input_scale: Option<f32>,
+    /// Upper bound of dynamic per-token scales.
+    pub input_scale_ub: Option<f32>,
+    /// Bias `[n]`.
+    pub bias: Option<Vec<f32>>,
+    group: GroupShape,
+    k: usize,
+}
+
+fn scalar(kernel: &'static str, what: &'static str, t: &Tensor<'_>) -> Result<f32, KernelError> {
+    let mut v = Vec::new();
+    to_f32(kernel, what, t, &mut v)?;
+    Ok(v[0])
+}
+
+impl HostWeights {
+    /// Checks the weights against the config and copies them.
+    pub fn load(
+        kernel: &'static str,
+        config: &LayerConfig,
+        w: &LayerWeights<'_>,
+    ) -> Result<Self, KernelError> {
+        fp8_linear_core::validate::check_layer_weights(config, w)?;
+        let codes = match w.weight.data {
+            Data::F8E4m3(s) => s[..config.n * config.k].to_vec(),
+            _ => return Err(host_only("weight", kernel)),
+        };
+        let mut scales = Vec::new();
+        to_f32(kernel, "weight_scale", &w.weight_scale, &mut scales)?;
+        let input_scale = match (&w.input_scale, config.activation) {
+            (Some(t), Some(a)) if !a.dynamic => Some(scalar(kernel, "input_scale", t)?),
+            _ => None,
+        };
+        let input_scale_ub = match &w.input_scale_ub {
+            Some(t) => Some(scalar(kernel, "input_scale_ub", t)?),
+            None => None,
+        };
+        let bias = match (&w.bias, config.bias) {
+            (Some(t), true) => {
+                let mut b = Vec::new();
+                to_f32(kernel, "bias", t, &mut b)?;
+                Some(b)
+            }
+            _ => None,
+        };
+        Ok(HostWeights {
+            codes,
+            scales,
+            scale_cols: w.weight_scale.shape[1],
+            input_scale,
+            input_scale_ub,
+            bias,
+            group: config.weight.group,
+            k: config.k,
+        })
+    }
+
+    /// The scale of weight element `(j, kk)`.
+    #[inline]
+    pub fn scale(&self, j: usize, kk: usize) -> f32 {
+        match self.group {
+            GroupShape::PerTensor => self.scales[0],
+            GroupShape::PerToken | GroupShape::PerChannel => self.scales[j],
+            GroupShape::Group { cols } => self.scales[j * self.scale_cols + kk / cols as usize],
+            GroupShape::Block { rows, cols } => {
+                self.scales[(j / rows as usize) * self.scale_cols + kk / cols as usize]
+            }
+        }
+    }
+
+    /// The weight dequantized to f32, `[n, k]` row-major.
+    pub fn dequantized(&self) -> Vec<f32> {
+        let k = self.k;
+        self.codes
+            .iter()
+            .enumerate()
+            .map(|(idx, &c)| e4m3_to_f32(c) * self.scale(idx / k, idx % k))
+            .collect()
+    }
+}
+
+/// Activations as the kernel multiplies them: quantized and dequantized again per the
+/// layer's activation key (so the product matches W8A8 arithmetic), or left as they are for
+/// weight-only layers. Buffers are reused across calls.
+#[derive(Default, Debug)]
+pub struct ActScratch {
+    /// Input converted to f32.
+    pub x: Vec<f32>,
+    /// FP8 codes.
+    pub codes: Vec<u8>,
+    /// Scales (per group, per row, or one).
+    pub scales: Vec<f32>,
+}
+
+impl ActScratch {
+    /// Quantizes `self.x` (`[m, k]`) per the config; returns the scale of element `(i, kk)`
+    /// through [`ActScratch::scale`]. A no-op for weight-only layers.
+    pub fn quantize(&mut self, config: &LayerConfig, w: &HostWeights, m: usize) {
+        let k = config.k;
+        let Some(key) = config.activation else {
+            return;
+        };
+        self.codes.resize(m * k, 0);
+        match key.group {
+            GroupShape::Group { cols } => {
+                self.scales.resize(m * k.div_ceil(cols as usize), 0.0);
+                quantize::per_token_group_into(
+                    &self.x,
+                    k,
+                    cols as usize,
+                    &mut self.codes,
+                    &mut self.scales,
+                );
+            }
+            GroupShape::PerToken | GroupShape::PerChannel | GroupShape::Block { .. } => {
+                self.scales.resize(m, 0.0);
+                quantize::per_token_into(
+                    &self.x,
+                    k,
+                    w.input_scale_ub,
+                    &mut self.codes,
+                    &mut self.scales,
+                );
+            }
+            GroupShape::PerTensor => {
+                self.scales.resize(1, 0.0);
+                self.scales[0] = quantize::per_tensor_into(&self.x, w.input_scale, &mut self.codes);
+            }
+        }
+    }
+
+    /// Scale of activation element `(i, kk)` after [`ActScratch::quantize`].
+    #[inline]
+    pub fn scale(&self, config: &LayerConfig, i: usize, kk: usize) -> f32 {
+        match config.activation.map(|a| a.group) {
+            Some(GroupShape::Group { cols }) => {
+                self.scales[i * config.k.div_ceil(cols as usize) + kk / cols as usize]
+            }
+            Some(GroupShape::PerTensor) => self.scales[0],
+            Some(_) => self.scales[i],
+            None => 1.0,
+        }
+    }
+
+    /// The activations as multiplied: dequantized codes, or the raw input for weight-only.
+    pub fn dequantized_into(&self, config: &LayerConfig, m: usize, out: &mut Vec<f32>) {
+        let k = config.k;
+        out.clear();
+        if config.activation.is_none() {
+            out.extend_from_slice(&self.x[..m * k]);
+            return;
+        }
+        out.extend(
+            self.codes[..m * k]
+                .iter()
+                .enumerate()
+                .map(|(idx, &c)| e4m3_to_f32(c) * self.scale(config, idx / k, idx % k)),
+        );
+    }
+}

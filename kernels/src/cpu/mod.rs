@@ -1,0 +1,12 @@
+//! CPU kernels: the f64 reference (the test oracle) and the fast default (dequantize to f32,
+//! multithreaded SGEMM), plus activation quantization and the f64 reference GEMMs.
+
+mod checks;
+mod fast;
+mod host;
+pub mod quantize;
+pub mod reference;
+mod reference_kernel;
+
+pub use fast::CpuFp8Gemm;
+pub use reference_kernel::CpuReference;
