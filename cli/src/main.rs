@@ -1,0 +1,3 @@
+//! `fp8-linear`: explain kernel selection, run layers, plan and run checkpoints.
+
+fn main() {}
