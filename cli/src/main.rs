@@ -1,3 +1,163 @@
-//! `fp8-linear`: explain kernel selection, run layers, plan and run checkpoints.
+//! `fp8-linear`: explain kernel selection, run layers, list tables.
 
-fn main() {}
+mod explain;
+mod layer_args;
+mod run_layer;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use fp8_linear::{Device, Overrides};
+
+use layer_args::{LayerArgs, OverrideArgs};
+
+/// FP8 linear-layer kernels and their dispatcher.
+#[derive(Parser, Debug)]
+#[command(name = "fp8-linear", version, about)]
+struct Cli {
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show, for a device and a layer, every candidate kernel with its verdict.
+    Explain {
+        /// Device profile (a100, h100, h200, rtx3090, sm89, cpu...) or `auto` for the
+        /// detected device.
+        #[arg(long, default_value = "auto")]
+        device: String,
+        #[command(flatten)]
+        layer: LayerArgs,
+        #[command(flatten)]
+        overrides: OverrideArgs,
+    },
+    /// Run a random FP8 layer on the current device and check it against the f64 reference.
+    Run {
+        /// Rows of the activations (tokens).
+        #[arg(long, short = 'm', default_value_t = 16)]
+        m: usize,
+        /// Timed calls (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        iters: usize,
+        #[command(flatten)]
+        layer: LayerArgs,
+        #[command(flatten)]
+        overrides: OverrideArgs,
+    },
+    /// List the device profiles and the built-in kernel tables.
+    List,
+}
+
+/// The device to use when none is named: the first CUDA device, else the host CPU. Prints
+/// why the CPU is used.
+fn current_device(quiet: bool) -> Device {
+    let cpu = Device::host_cpu();
+    if !quiet {
+        eprintln!("note: no GPU support found in this build; using the CPU ({cpu})");
+    }
+    cpu
+}
+
+fn resolve_device(name: &str, quiet: bool) -> Result<Device, String> {
+    if name.eq_ignore_ascii_case("auto") {
+        Ok(current_device(quiet))
+    } else {
+        Device::profile(name).map_err(|e| e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<ExitCode, String> {
+    match &cli.command {
+        Command::Explain {
+            device,
+            layer,
+            overrides,
+        } => {
+            let device = resolve_device(device, cli.json)?;
+            let config = layer.config();
+            let ex = fp8_linear::explain_builtin(&device, &config, &overrides.overrides())
+                .map_err(|e| e.to_string())?;
+            if cli.json {
+                println!("{:#}", explain::render_json(&device, &config, &ex));
+            } else {
+                print!("{}", explain::render_text(&device, &config, &ex));
+            }
+            Ok(if ex.chosen.is_some() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Run {
+            m,
+            iters,
+            layer,
+            overrides,
+        } => {
+            if *m == 0 {
+                return Err("M must be at least 1".into());
+            }
+            let device = current_device(cli.json);
+            let config = layer.config();
+            let report = run_layer::run_host(&device, &config, *m, *iters, &overrides.overrides())?;
+            if cli.json {
+                println!("{:#}", report.json());
+            } else {
+                print!("{}", report.text());
+            }
+            Ok(if report.rel_error < 1e-2 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::List => {
+            list(cli.json);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn list(json: bool) {
+    let tables = fp8_linear::tables::all();
+    if json {
+        let v = serde_json::json!({
+            "profiles": Device::profile_names(),
+            "tables": tables.iter().map(|t| serde_json::json!({
+                "name": t.name, "platform": t.platform.name(), "family": t.family.name(),
+                "kernels": t.entries.iter().map(|e| serde_json::json!({
+                    "name": e.name, "priority": e.priority, "arch": e.arch.to_string(),
+                    "backend": e.backend, "params": e.params,
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        });
+        println!("{v:#}");
+        return;
+    }
+    println!(
+        "device profiles: {}, smXY\n",
+        Device::profile_names().join(", ")
+    );
+    for t in tables {
+        println!("{} ({} {}):", t.name, t.platform, t.family);
+        for e in t.entries {
+            println!("  {:>3}  {:<24} {}", e.priority, e.name, e.arch);
+        }
+    }
+    let _ = Overrides::none();
+}

@@ -1,0 +1,242 @@
+//! `run` without a checkpoint: a random FP8 layer of the given shape on the current device,
+//! checked against the f64 reference.
+
+use std::time::Instant;
+
+use fp8_linear::cpu::{quantize, reference};
+use fp8_linear::fp8::{e4m3_to_f32, f32_to_e4m3};
+use fp8_linear::{DType, Device, LayerConfig, LayerWeights, Linear, Overrides, Tensor, TensorMut};
+use rand::Rng;
+use serde_json::{json, Value};
+
+/// The outcome of one run.
+pub struct RunReport {
+    /// Kernel that ran.
+    pub kernel: &'static str,
+    /// Device it ran on.
+    pub device: String,
+    /// Rows checked against the reference.
+    pub rows_checked: usize,
+    /// Relative Frobenius error on those rows.
+    pub rel_error: f64,
+    /// Median time of one call, seconds.
+    pub seconds: f64,
+    /// M, N, K.
+    pub mnk: (usize, usize, usize),
+}
+
+impl RunReport {
+    /// Throughput in TFLOP/s.
+    pub fn tflops(&self) -> f64 {
+        let (m, n, k) = self.mnk;
+        2.0 * (m * n * k) as f64 / self.seconds / 1e12
+    }
+
+    /// Human-readable summary.
+    pub fn text(&self) -> String {
+        let (m, n, k) = self.mnk;
+        format!(
+            "kernel:    {}\ndevice:    {}\nshape:     M={m} N={n} K={k}\nerror:     {:.3e} relative Frobenius vs f64 reference ({} rows checked) -> {}\ntime:      {:.3} ms per call (median)\nthroughput: {:.2} GFLOP/s\n",
+            self.kernel,
+            self.device,
+            self.rel_error,
+            self.rows_checked,
+            if self.rel_error < 1e-2 { "ok" } else { "FAILED" },
+            self.seconds * 1e3,
+            self.tflops() * 1e3
+        )
+    }
+
+    /// Machine-readable summary.
+    pub fn json(&self) -> Value {
+        let (m, n, k) = self.mnk;
+        json!({
+            "kernel": self.kernel, "device": self.device, "m": m, "n": n, "k": k,
+            "rel_error": self.rel_error, "rows_checked": self.rows_checked,
+            "ok": self.rel_error < 1e-2, "seconds": self.seconds, "tflops": self.tflops(),
+        })
+    }
+}
+
+/// Random weights for a layer: FP8 codes `[n, k]` and f32 scales in the config's shape.
+pub fn random_weights(config: &LayerConfig) -> (Vec<u8>, Vec<f32>) {
+    let mut rng = rand::rng();
+    let [r, c] = config.weight_scale_shape();
+    let scales = (0..r * c)
+        .map(|_| 2f32.powi(rng.random_range(-4..=4)) * rng.random_range(0.5f32..1.0) / 448.0)
+        .collect();
+    let codes = (0..config.n * config.k)
+        .map(|_| f32_to_e4m3(rng.random_range(-448.0f32..448.0)))
+        .collect();
+    (codes, scales)
+}
+
+fn to_dtype_bits(x: &[f32], dtype: DType) -> Vec<f32> {
+    // The values the kernel sees after conversion to the input dtype, back in f32.
+    match dtype {
+        DType::Bf16 => x
+            .iter()
+            .map(|v| half::bf16::from_f32(*v).to_f32())
+            .collect(),
+        DType::F16 => x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
+        _ => x.to_vec(),
+    }
+}
+
+/// f64 reference output for selected rows.
+fn reference_rows(
+    config: &LayerConfig,
+    x: &[f32],
+    rows: &[usize],
+    codes: &[u8],
+    scales: &[f32],
+    input_scale: f32,
+) -> Vec<f64> {
+    let (n, k) = (config.n, config.k);
+    let xs: Vec<f32> = rows
+        .iter()
+        .flat_map(|&i| x[i * k..(i + 1) * k].to_vec())
+        .collect();
+    let r = rows.len();
+    let [_, sc] = config.weight_scale_shape();
+    let wscale = |j: usize, kk: usize| match config.weight.group {
+        fp8_linear::GroupShape::Block { rows, cols } => {
+            scales[(j / rows as usize) * sc + kk / cols as usize]
+        }
+        fp8_linear::GroupShape::PerTensor => scales[0],
+        _ => scales[j],
+    };
+    match config.activation.map(|a| a.group) {
+        Some(fp8_linear::GroupShape::Group { cols }) => {
+            let (q, s) = quantize::per_token_group(&xs, r, k, cols as usize);
+            reference::weight_only_f64(
+                &deq_groups(&q, &s, r, k, cols as usize),
+                codes,
+                r,
+                n,
+                k,
+                wscale,
+            )
+        }
+        Some(fp8_linear::GroupShape::PerTensor) => {
+            let mut q = vec![0u8; r * k];
+            quantize::per_tensor_into(&xs, Some(input_scale), &mut q);
+            let a: Vec<f32> = q.iter().map(|&c| e4m3_to_f32(c) * input_scale).collect();
+            reference::weight_only_f64(&a, codes, r, n, k, wscale)
+        }
+        Some(_) => {
+            let mut q = vec![0u8; r * k];
+            let mut s = vec![0f32; r];
+            quantize::per_token_into(&xs, k, None, &mut q, &mut s);
+            let a: Vec<f32> = q
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| e4m3_to_f32(c) * s[i / k])
+                .collect();
+            reference::weight_only_f64(&a, codes, r, n, k, wscale)
+        }
+        None => reference::weight_only_f64(&xs, codes, r, n, k, wscale),
+    }
+}
+
+fn deq_groups(q: &[u8], s: &[f32], m: usize, k: usize, g: usize) -> Vec<f32> {
+    let groups = k.div_ceil(g);
+    (0..m * k)
+        .map(|idx| e4m3_to_f32(q[idx]) * s[(idx / k) * groups + (idx % k) / g])
+        .collect()
+}
+
+/// Runs a random layer of `m` rows on the CPU device with the selected kernel.
+pub fn run_host(
+    device: &Device,
+    config: &LayerConfig,
+    m: usize,
+    iters: usize,
+    overrides: &Overrides,
+) -> Result<RunReport, String> {
+    let (codes, scales) = random_weights(config);
+    let [sr, sc] = config.weight_scale_shape();
+    let input_scale = [0.02f32];
+    let weights = LayerWeights {
+        weight: Tensor::fp8(&codes, [config.n, config.k]),
+        weight_scale: Tensor::f32(&scales, [sr, sc]),
+        input_scale: Some(Tensor::f32(&input_scale, [1, 1])),
+        input_scale_ub: None,
+        bias: None,
+    };
+    let mut linear = Linear::new(device, config, &weights, overrides).map_err(|e| e.to_string())?;
+    let mut rng = rand::rng();
+    let x: Vec<f32> = (0..m * config.k)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    let x = to_dtype_bits(&x, config.input_dtype);
+    let mut out = vec![0f32; m * config.n];
+    let mut times = Vec::with_capacity(iters);
+    let forward = |linear: &mut Linear, out: &mut [f32]| -> Result<(), String> {
+        let r = match config.input_dtype {
+            DType::Bf16 => {
+                let xb: Vec<half::bf16> = x.iter().map(|v| half::bf16::from_f32(*v)).collect();
+                run_out(linear, &Tensor::bf16(&xb, [m, config.k]), config, out)
+            }
+            DType::F16 => {
+                let xh: Vec<half::f16> = x.iter().map(|v| half::f16::from_f32(*v)).collect();
+                run_out(linear, &Tensor::f16(&xh, [m, config.k]), config, out)
+            }
+            _ => run_out(linear, &Tensor::f32(&x, [m, config.k]), config, out),
+        };
+        r.map_err(|e| e.to_string())
+    };
+    for _ in 0..iters.max(1) {
+        let t = Instant::now();
+        forward(&mut linear, &mut out)?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let rows: Vec<usize> = sample_rows(m);
+    let want = reference_rows(config, &x, &rows, &codes, &scales, input_scale[0]);
+    let got: Vec<f32> = rows
+        .iter()
+        .flat_map(|&i| out[i * config.n..(i + 1) * config.n].to_vec())
+        .collect();
+    Ok(RunReport {
+        kernel: linear.entry().name,
+        device: device.to_string(),
+        rows_checked: rows.len(),
+        rel_error: reference::rel_frobenius(&got, &want),
+        seconds: times[times.len() / 2],
+        mnk: (m, config.n, config.k),
+    })
+}
+
+fn run_out(
+    linear: &mut Linear,
+    input: &Tensor<'_>,
+    config: &LayerConfig,
+    out: &mut [f32],
+) -> Result<(), fp8_linear::KernelError> {
+    let m = input.shape[0];
+    match config.output_dtype {
+        DType::Bf16 => {
+            let mut o = vec![half::bf16::ZERO; out.len()];
+            linear.forward(input, &mut TensorMut::bf16(&mut o, [m, config.n]))?;
+            out.iter_mut().zip(&o).for_each(|(d, s)| *d = s.to_f32());
+        }
+        DType::F16 => {
+            let mut o = vec![half::f16::ZERO; out.len()];
+            linear.forward(input, &mut TensorMut::f16(&mut o, [m, config.n]))?;
+            out.iter_mut().zip(&o).for_each(|(d, s)| *d = s.to_f32());
+        }
+        _ => linear.forward(input, &mut TensorMut::f32(out, [m, config.n]))?,
+    }
+    Ok(())
+}
+
+/// Up to 16 rows spread over M, always including the first and last.
+pub fn sample_rows(m: usize) -> Vec<usize> {
+    if m <= 16 {
+        return (0..m).collect();
+    }
+    let mut v: Vec<usize> = (0..16).map(|i| i * (m - 1) / 15).collect();
+    v.dedup();
+    v
+}
