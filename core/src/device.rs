@@ -80,7 +80,11 @@ impl Device {
     }
 
     /// A CUDA device profile with the given capability (used for `smXY` profiles).
-    pub fn cuda_profile(name: impl Into<Cow<'static, str>>, cap: Capability, sm_count: u32) -> Self {
+    pub fn cuda_profile(
+        name: impl Into<Cow<'static, str>>,
+        cap: Capability,
+        sm_count: u32,
+    ) -> Self {
         Device {
             platform: Platform::Cuda,
             capability: Some(cap),
@@ -142,7 +146,11 @@ impl fmt::Display for Device {
                 "{} [{} sm_{}{}, {} SMs]",
                 self.name, self.platform, c.major, c.minor, self.sm_count
             ),
-            None => write!(f, "{} [{}, {} cores]", self.name, self.platform, self.sm_count),
+            None => write!(
+                f,
+                "{} [{}, {} cores]",
+                self.name, self.platform, self.sm_count
+            ),
         }
     }
 }

@@ -57,7 +57,9 @@ pub enum KernelError {
         strides: [usize; 2],
     },
     /// A buffer is shorter than its shape and strides need.
-    #[error("buffer of {what} too short: shape and strides need {needed} elements, buffer holds {len}")]
+    #[error(
+        "buffer of {what} too short: shape and strides need {needed} elements, buffer holds {len}"
+    )]
     BufferTooSmall {
         /// Which tensor.
         what: &'static str,

@@ -28,7 +28,7 @@ pub fn f32_to_e4m3(x: f32) -> u8 {
     }
     let bits = a.to_bits();
     let e = ((bits >> 23) as i32) - 127; // -6..=8
-    // mantissa scaled to 3 bits, as an exact f32 in [8, 16)
+                                         // mantissa scaled to 3 bits, as an exact f32 in [8, 16)
     let scaled = f32::from_bits((bits & 0x007f_ffff) | (130 << 23)); // value in [8, 16)
     let mut m = scaled.round_ties_even() as u32 - 8; // 0..=8
     let mut e = e + 7;

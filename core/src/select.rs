@@ -172,7 +172,9 @@ pub enum SelectError {
         config: String,
     },
     /// The backend filter leaves no kernel in the table.
-    #[error("no kernel of backend family `{backend}` in table {table} (backends there: {available})")]
+    #[error(
+        "no kernel of backend family `{backend}` in table {table} (backends there: {available})"
+    )]
     NoSuchBackend {
         /// Requested backend.
         backend: String,
@@ -268,7 +270,11 @@ fn judge_forced(
 
 fn check_backend(table: &Table, ov: &Overrides) -> Result<(), SelectError> {
     if let Some((b, _)) = &ov.backend {
-        if !table.entries.iter().any(|e| e.backend.eq_ignore_ascii_case(b)) {
+        if !table
+            .entries
+            .iter()
+            .any(|e| e.backend.eq_ignore_ascii_case(b))
+        {
             let mut avail: Vec<&str> = table.entries.iter().map(|e| e.backend).collect();
             avail.dedup();
             return Err(SelectError::NoSuchBackend {
@@ -290,7 +296,11 @@ pub fn select<'t>(
 ) -> Result<Selected<'t>, SelectError> {
     let mut force_rejected = None;
     if let Some((name, _)) = &ov.force {
-        if let Some(e) = table.entries.iter().find(|e| e.name.eq_ignore_ascii_case(name)) {
+        if let Some(e) = table
+            .entries
+            .iter()
+            .find(|e| e.name.eq_ignore_ascii_case(name))
+        {
             match judge_forced(e, device, config, ov) {
                 Ok(()) => {
                     return Ok(Selected {
@@ -325,7 +335,9 @@ fn no_kernel(table: &Table, device: &Device, config: &LayerConfig, ov: &Override
             .entries
             .iter()
             .map(|e| {
-                let v = judge(e, device, config, ov).err().unwrap_or(Verdict::Eligible);
+                let v = judge(e, device, config, ov)
+                    .err()
+                    .unwrap_or(Verdict::Eligible);
                 (e.name, v.to_string())
             })
             .collect(),

@@ -20,7 +20,9 @@ pub struct Table {
 impl Table {
     /// Looks an entry up by name.
     pub fn entry(&self, name: &str) -> Option<&'static KernelEntry> {
-        self.entries.iter().find(|e| e.name.eq_ignore_ascii_case(name))
+        self.entries
+            .iter()
+            .find(|e| e.name.eq_ignore_ascii_case(name))
     }
 }
 
@@ -29,7 +31,11 @@ impl Table {
 pub type Registry = [&'static Table];
 
 /// Finds the table for a platform and family in a registry.
-pub fn find_table(registry: &Registry, platform: Platform, family: Family) -> Option<&'static Table> {
+pub fn find_table(
+    registry: &Registry,
+    platform: Platform,
+    family: Family,
+) -> Option<&'static Table> {
     registry
         .iter()
         .copied()
@@ -47,7 +53,10 @@ pub mod build {
     fn placeholder_construct(
         _: &crate::config::LayerConfig,
     ) -> Result<Box<dyn crate::kernel::Fp8Kernel>, crate::error::KernelError> {
-        Err(crate::error::KernelError::backend("placeholder", "placeholder entry"))
+        Err(crate::error::KernelError::backend(
+            "placeholder",
+            "placeholder entry",
+        ))
     }
 
     /// Filler for arrays under construction; never left in a finished table.

@@ -256,7 +256,10 @@ fn check_layout(
     len: usize,
     contiguous: bool,
 ) -> Result<(), KernelError> {
-    if contiguous && shape[0] * shape[1] > 0 && strides != [shape[1], 1] && !(shape[0] == 1 && strides[1] == 1)
+    if contiguous
+        && shape[0] * shape[1] > 0
+        && strides != [shape[1], 1]
+        && !(shape[0] == 1 && strides[1] == 1)
     {
         return Err(KernelError::NonContiguous {
             what,
@@ -314,7 +317,11 @@ mod tests {
         let short = Tensor::f32(&v[..9], [2, 5]);
         assert!(matches!(
             short.check_contiguous("x"),
-            Err(KernelError::BufferTooSmall { needed: 10, len: 9, .. })
+            Err(KernelError::BufferTooSmall {
+                needed: 10,
+                len: 9,
+                ..
+            })
         ));
         let strided = Tensor {
             strides: [1, 2],

@@ -135,7 +135,11 @@ pub fn check_io(
 ) -> Result<usize, KernelError> {
     let m = input.shape[0];
     if m == 0 {
-        return Err(KernelError::shape("input", "[M >= 1, K]", format!("{:?}", input.shape)));
+        return Err(KernelError::shape(
+            "input",
+            "[M >= 1, K]",
+            format!("{:?}", input.shape),
+        ));
     }
     if input.shape[1] != config.k {
         return Err(KernelError::shape(

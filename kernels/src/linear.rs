@@ -1,8 +1,8 @@
 //! A ready-to-use linear layer: select, construct, process weights, apply.
 
 use fp8_linear_core::{
-    select_in, Device, Fp8Kernel, KernelEntry, KernelError, LayerConfig, LayerWeights,
-    Overrides, Registry, SelectError, Tensor, TensorMut,
+    select_in, Device, Fp8Kernel, KernelEntry, KernelError, LayerConfig, LayerWeights, Overrides,
+    Registry, SelectError, Tensor, TensorMut,
 };
 
 /// Why a [`Linear`] could not be built.
@@ -63,7 +63,11 @@ impl Linear {
     }
 
     /// `output = input @ W^T (+ bias)`.
-    pub fn forward(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
+    pub fn forward(
+        &mut self,
+        input: &Tensor<'_>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
         self.kernel.apply(input, output)
     }
 

@@ -4,8 +4,7 @@
 
 use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
-    fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
-    Unsupported,
+    fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
 };
 use rayon::prelude::*;
 
@@ -13,7 +12,7 @@ use super::checks::cpu_can_implement;
 use super::host::{to_f32, write_output, ActScratch, HostWeights};
 
 /// Fast CPU kernel for every FP8 layer kind: the embedded default when there is no GPU.
-#[fp8_kernel(platform = Cpu, priority = 1, backend = cpu)]
+#[fp8_kernel(platform = Cpu, priority = 10, backend = cpu)]
 pub struct CpuFp8Gemm {
     config: LayerConfig,
     /// Dequantized weight `[n, k]`, row-major.

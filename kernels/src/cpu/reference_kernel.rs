@@ -4,8 +4,7 @@
 use fp8_linear_core::fp8::e4m3_to_f32;
 use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
-    fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
-    Unsupported,
+    fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
 };
 
 use super::checks::cpu_can_implement;

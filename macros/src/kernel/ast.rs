@@ -21,7 +21,9 @@ impl Parse for RawArg {
         if !input.peek(Token![=]) {
             return Err(syn::Error::new(
                 key.span(),
-                format!("expected `{key} = ...`: every fp8_kernel argument is a `key = value` pair"),
+                format!(
+                    "expected `{key} = ...`: every fp8_kernel argument is a `key = value` pair"
+                ),
             ));
         }
         input.parse::<Token![=]>()?;

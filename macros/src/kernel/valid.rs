@@ -59,7 +59,10 @@ pub fn validate(raw: RawArgs, item: &syn::Item) -> syn::Result<KernelSpec> {
             Some(e.ident.clone())
         }
         other => {
-            errs.spanned(other, "#[fp8_kernel] goes on a struct or enum that implements Fp8Kernel");
+            errs.spanned(
+                other,
+                "#[fp8_kernel] goes on a struct or enum that implements Fp8Kernel",
+            );
             None
         }
     };
@@ -153,17 +156,27 @@ fn check_generics(g: &syn::Generics, errs: &mut Errors) {
 
 fn path_ident(v: &Expr) -> Option<&Ident> {
     match v {
-        Expr::Path(ExprPath { path, qself: None, .. }) => path.get_ident(),
+        Expr::Path(ExprPath {
+            path, qself: None, ..
+        }) => path.get_ident(),
         _ => None,
     }
 }
 
 fn describe(v: &Expr) -> &'static str {
     match v {
-        Expr::Lit(ExprLit { lit: Lit::Str(_), .. }) => "a string",
-        Expr::Lit(ExprLit { lit: Lit::Int(_), .. }) => "an integer",
-        Expr::Lit(ExprLit { lit: Lit::Float(_), .. }) => "a float",
-        Expr::Lit(ExprLit { lit: Lit::Bool(_), .. }) => "a bool",
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(_), ..
+        }) => "a string",
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(_), ..
+        }) => "an integer",
+        Expr::Lit(ExprLit {
+            lit: Lit::Float(_), ..
+        }) => "a float",
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(_), ..
+        }) => "a bool",
         Expr::Lit(_) => "a literal",
         Expr::Path(_) => "a path",
         Expr::Array(_) => "an array",
@@ -179,7 +192,10 @@ fn platform_value(v: &Expr, errs: &mut Errors) -> Option<Ident> {
         Some(id) => {
             errs.spanned(
                 id,
-                format!("unknown platform `{id}`; expected one of: {}", PLATFORMS.join(", ")),
+                format!(
+                    "unknown platform `{id}`; expected one of: {}",
+                    PLATFORMS.join(", ")
+                ),
             );
             None
         }
@@ -198,7 +214,10 @@ fn platform_value(v: &Expr, errs: &mut Errors) -> Option<Ident> {
 }
 
 fn priority_value(v: &Expr, errs: &mut Errors) -> Option<u16> {
-    if let Expr::Lit(ExprLit { lit: Lit::Int(i), .. }) = v {
+    if let Expr::Lit(ExprLit {
+        lit: Lit::Int(i), ..
+    }) = v
+    {
         match i.base10_parse::<u16>() {
             Ok(0) => errs.spanned(i, "`priority` starts at 1 (1 is tried first)"),
             Ok(p) => return Some(p),
@@ -233,14 +252,17 @@ fn sm(id: &Ident, errs: &mut Errors) -> Option<(Cap, bool)> {
     if parsed.is_none() {
         errs.spanned(
             id,
-            format!("`{s}` is not a compute capability; write smXY or smXYa (e.g. sm80, sm89, sm90a)"),
+            format!(
+                "`{s}` is not a compute capability; write smXY or smXYa (e.g. sm80, sm89, sm90a)"
+            ),
         );
     }
     parsed
 }
 
 fn arch_value(v: &Expr, errs: &mut Errors) -> Option<Arch> {
-    const SHAPES: &str = "`any`, `sm90a` (exactly), `sm89..` (or newer) or `sm75..sm89` (up to before)";
+    const SHAPES: &str =
+        "`any`, `sm90a` (exactly), `sm89..` (or newer) or `sm75..sm89` (up to before)";
     match v {
         Expr::Path(_) => {
             let id = path_ident(v)?;
@@ -260,12 +282,18 @@ fn arch_value(v: &Expr, errs: &mut Errors) -> Option<Arch> {
             let lo = match start.as_deref().and_then(path_ident) {
                 Some(id) => sm(id, errs),
                 None => {
-                    errs.spanned(v, format!("`arch` range needs a lower bound; expected {SHAPES}"));
+                    errs.spanned(
+                        v,
+                        format!("`arch` range needs a lower bound; expected {SHAPES}"),
+                    );
                     return None;
                 }
             }?;
             if lo.1 {
-                errs.spanned(start, "an `a` target (sm90a) runs on one capability only; it cannot start a range");
+                errs.spanned(
+                    start,
+                    "an `a` target (sm90a) runs on one capability only; it cannot start a range",
+                );
                 return None;
             }
             match end.as_deref() {
@@ -281,7 +309,10 @@ fn arch_value(v: &Expr, errs: &mut Errors) -> Option<Arch> {
                         return None;
                     }
                     if hi <= lo.0 {
-                        errs.spanned(v, "empty `arch` range: the upper bound must be above the lower bound");
+                        errs.spanned(
+                            v,
+                            "empty `arch` range: the upper bound must be above the lower bound",
+                        );
                         return None;
                     }
                     Some(Arch::Range(lo.0, hi))
@@ -331,7 +362,10 @@ fn params_value(v: &Expr, errs: &mut Errors) -> Option<(Span, Vec<String>)> {
         }
     }
     if names.is_empty() && ok {
-        errs.spanned(v, "`params = []` declares nothing; leave `params` out instead");
+        errs.spanned(
+            v,
+            "`params = []` declares nothing; leave `params` out instead",
+        );
         ok = false;
     }
     ok.then(|| (arr.span(), names))
@@ -339,11 +373,16 @@ fn params_value(v: &Expr, errs: &mut Errors) -> Option<(Span, Vec<String>)> {
 
 fn backend_value(v: &Expr, errs: &mut Errors) -> Option<String> {
     match v {
-        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Some(s.value()),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Some(s.value()),
         _ => match path_ident(v) {
             Some(id) => Some(id.to_string()),
             None => {
-                errs.spanned(v, format!("`backend` expects a name, found {}", describe(v)));
+                errs.spanned(
+                    v,
+                    format!("`backend` expects a name, found {}", describe(v)),
+                );
                 None
             }
         },
@@ -353,7 +392,9 @@ fn backend_value(v: &Expr, errs: &mut Errors) -> Option<String> {
 fn crate_value(v: &Expr, errs: &mut Errors) -> Option<syn::Path> {
     match v {
         Expr::Path(p) => Some(p.path.clone()),
-        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => match s.parse::<syn::Path>() {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => match s.parse::<syn::Path>() {
             Ok(p) => Some(p),
             Err(_) => {
                 errs.spanned(s, "`crate` expects a path such as `fp8_linear`");

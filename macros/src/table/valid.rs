@@ -43,7 +43,10 @@ pub fn validate(raw: &RawTables) -> syn::Result<()> {
         for item in &t.items {
             let key = item.ty.to_token_stream().to_string();
             if seen.contains(&key) {
-                errs.spanned(&item.ty, format!("kernel `{key}` is listed twice in `{}`", t.name));
+                errs.spanned(
+                    &item.ty,
+                    format!("kernel `{key}` is listed twice in `{}`", t.name),
+                );
             }
             seen.push(key);
             if let Some(p) = &item.priority {
