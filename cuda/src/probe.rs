@@ -1,0 +1,56 @@
+//! Probes for the CUDA libraries before any cudarc call (cudarc panics on first use of a
+//! library it cannot load; these turn absence into an error value).
+
+use std::sync::OnceLock;
+
+use crate::error::CudaError;
+
+fn searched(lib: &str) -> String {
+    cudarc::get_lib_name_candidates(lib).join(", ")
+}
+
+/// Checks that the CUDA driver library can be loaded and initialized.
+pub fn driver() -> Result<(), CudaError> {
+    static DRIVER: OnceLock<Result<(), CudaError>> = OnceLock::new();
+    DRIVER
+        .get_or_init(|| {
+            // SAFETY: only tries to dlopen the library by its candidate names.
+            if !unsafe { cudarc::driver::sys::is_culib_present() } {
+                return Err(CudaError::NoDriver {
+                    detail: format!("libcuda not found (searched for {})", searched("cuda")),
+                });
+            }
+            cudarc::driver::result::init().map_err(|e| CudaError::NoDevice {
+                detail: format!("cuInit failed: {e:?}"),
+            })
+        })
+        .clone()
+}
+
+/// Checks that NVRTC can be loaded.
+pub fn nvrtc() -> Result<(), CudaError> {
+    static NVRTC: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to dlopen the library by its candidate names.
+    if *NVRTC.get_or_init(|| unsafe { cudarc::nvrtc::sys::is_culib_present() }) {
+        Ok(())
+    } else {
+        Err(CudaError::MissingLibrary {
+            lib: "nvrtc",
+            searched: searched("nvrtc"),
+        })
+    }
+}
+
+/// Checks that cuBLASLt can be loaded.
+pub fn cublaslt() -> Result<(), CudaError> {
+    static LT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to dlopen the library by its candidate names.
+    if *LT.get_or_init(|| unsafe { cudarc::cublaslt::sys::is_culib_present() }) {
+        Ok(())
+    } else {
+        Err(CudaError::MissingLibrary {
+            lib: "cublasLt",
+            searched: searched("cublasLt"),
+        })
+    }
+}
