@@ -1,0 +1,91 @@
+//! The selection matrix: for every device profile, every layer kind and both 16-bit output
+//! dtypes, the kernel chosen (or `-` when nothing fits, in which case the error must list
+//! every candidate of the table with its reason). Update the table when a kernel is added.
+
+use fp8_linear::{
+    select_builtin, DType, Device, LayerConfig, Overrides, QuantKey, SelectError,
+};
+
+/// Columns of [`EXPECTED`], each for bf16 then f16 output.
+const KINDS: [&str; 4] = ["block", "per-tensor-static", "per-token", "per-channel"];
+
+fn config(kind: &str, out: DType) -> LayerConfig {
+    let (n, k) = (4096, 7168);
+    match kind {
+        "block" => LayerConfig::block_128(n, k, DType::Bf16, out),
+        "per-tensor-static" => LayerConfig::per_tensor_static(n, k, DType::Bf16, out),
+        "per-token" => LayerConfig {
+            weight: QuantKey::WEIGHT_PER_TENSOR,
+            ..LayerConfig::per_token_per_channel(n, k, DType::Bf16, out)
+        },
+        "per-channel" => LayerConfig::per_token_per_channel(n, k, DType::Bf16, out),
+        _ => unreachable!("unknown kind {kind}"),
+    }
+}
+
+const CPU: &str = "CpuFp8Gemm";
+
+/// (profile, [block bf16, block f16, per-tensor-static bf16, f16, per-token bf16, f16,
+/// per-channel bf16, f16])
+const EXPECTED: &[(&str, [&str; 8])] = &[
+    ("cpu", [CPU; 8]),
+    ("v100", ["-"; 8]),
+    ("t4", ["-"; 8]),
+    ("a100", ["-"; 8]),
+    ("a10", ["-"; 8]),
+    ("rtx3090", ["-"; 8]),
+    ("l4", ["-"; 8]),
+    ("l40s", ["-"; 8]),
+    ("rtx4090", ["-"; 8]),
+    ("h100", ["-"; 8]),
+    ("h200", ["-"; 8]),
+    ("b200", ["-"; 8]),
+    ("rtx5090", ["-"; 8]),
+    ("sm89", ["-"; 8]),
+];
+
+#[test]
+fn every_profile_has_a_row() {
+    for p in Device::profile_names() {
+        assert!(
+            EXPECTED.iter().any(|(name, _)| *name == p),
+            "profile {p} missing from the selection matrix"
+        );
+    }
+}
+
+#[test]
+fn selection_matrix() {
+    let ov = Overrides::none();
+    let mut mismatches = Vec::new();
+    for (profile, row) in EXPECTED {
+        let device = Device::profile(profile).unwrap();
+        for (col, want) in row.iter().enumerate() {
+            let kind = KINDS[col / 2];
+            let out = if col % 2 == 0 { DType::Bf16 } else { DType::F16 };
+            let cfg = config(kind, out);
+            let got = match select_builtin(&device, &cfg, &ov) {
+                Ok(s) => s.entry.name.to_string(),
+                Err(SelectError::NoKernel { table, reasons, .. }) => {
+                    let t = fp8_linear::tables::all()
+                        .iter()
+                        .find(|t| t.name == table)
+                        .unwrap();
+                    assert_eq!(
+                        reasons.len(),
+                        t.entries.len(),
+                        "the error must give one reason per candidate"
+                    );
+                    assert!(reasons.iter().all(|(_, r)| !r.is_empty()));
+                    "-".to_string()
+                }
+                Err(SelectError::NoTable { .. }) => "-".to_string(),
+                Err(e) => panic!("unexpected error for {profile} {kind} {out}: {e}"),
+            };
+            if got != *want {
+                mismatches.push(format!("{profile:>8} {kind:>18} {out:>4}: expected {want}, got {got}"));
+            }
+        }
+    }
+    assert!(mismatches.is_empty(), "selection matrix mismatches:\n{}", mismatches.join("\n"));
+}

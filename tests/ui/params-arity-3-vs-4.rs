@@ -1,0 +1,28 @@
+//! Three names declared, constructor takes LayerParams<4>.
+use fp8_linear::{fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerParams, LayerWeights, Tensor, TensorMut, Unsupported};
+#[fp8_kernel(platform = Cuda, priority = 4, arch = sm75..sm89,
+             params = [weight, weight_scale, input_scale])]
+pub struct MarlinFp8;
+
+impl MarlinFp8 {
+    pub fn new(_config: &LayerConfig, _params: LayerParams<4>) -> Result<Self, KernelError> {
+        Ok(MarlinFp8)
+    }
+}
+
+impl Fp8Kernel for MarlinFp8 {
+    fn can_implement(_: &LayerConfig) -> Result<(), Unsupported> {
+        Ok(())
+    }
+    fn process_weights(&mut self, _: &LayerWeights<'_>) -> Result<(), KernelError> {
+        Ok(())
+    }
+    fn apply(&mut self, _: &Tensor<'_>, _: &mut TensorMut<'_>) -> Result<(), KernelError> {
+        Ok(())
+    }
+    fn name(&self) -> &'static str {
+        "MarlinFp8"
+    }
+}
+
+fn main() {}
