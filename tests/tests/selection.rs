@@ -33,7 +33,11 @@ fn force_of_a_kernel_that_cannot_run_falls_back_and_says_why() {
     let ov = Overrides::none().force("CpuReference");
     // Nothing can run an f8 output: the forced kernel is rejected and so is the rest.
     let err = select(&CPU_BLOCK, &Device::cpu(2), &bad, &ov).unwrap_err();
-    assert!(err.to_string().contains("output dtype must be f32, bf16 or f16"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("output dtype must be f32, bf16 or f16"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -48,14 +52,22 @@ fn disabling_falls_through_to_the_next_kernel() {
 
 #[test]
 fn all_rejected_error_lists_every_candidate_in_order() {
-    let ov = Overrides::none().disable("CpuFp8Gemm").disable("CpuReference");
+    let ov = Overrides::none()
+        .disable("CpuFp8Gemm")
+        .disable("CpuReference");
     let err = select(&CPU_BLOCK, &Device::cpu(2), &block(), &ov).unwrap_err();
     let text = err.to_string();
     assert!(text.starts_with("Failed to find a kernel"), "{text}");
     let lines: Vec<&str> = text.lines().skip(1).collect();
     assert_eq!(lines.len(), 2, "{text}");
-    assert!(lines[0].contains("CpuFp8Gemm is disabled by override"), "{text}");
-    assert!(lines[1].contains("CpuReference is disabled by override"), "{text}");
+    assert!(
+        lines[0].contains("CpuFp8Gemm is disabled by override"),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("CpuReference is disabled by override"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -73,14 +85,21 @@ fn backend_filter() {
 fn zero_sized_layers_are_rejected_with_a_reason() {
     let z = LayerConfig::block_128(0, 128, DType::Bf16, DType::Bf16);
     let err = select(&CPU_BLOCK, &Device::cpu(2), &z, &Overrides::none()).unwrap_err();
-    assert!(err.to_string().contains("N (output features) must be at least 1"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("N (output features) must be at least 1"),
+        "{err}"
+    );
 }
 
 #[test]
 fn cpu_kernels_do_not_run_on_a_gpu_device() {
     let a100 = Device::profile("a100").unwrap();
     let err = select(&CPU_BLOCK, &a100, &block(), &Overrides::none()).unwrap_err();
-    assert!(err.to_string().contains("requires compute capability"), "{err}");
+    assert!(
+        err.to_string().contains("requires compute capability"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -98,10 +117,12 @@ fn environment_overrides_are_read() {
     }
     assert_eq!(ov.disabled.len(), 2);
     assert_eq!(ov.disabled[0], ("CpuFp8Gemm".to_string(), Source::Env));
-    let ex = explain(&CPU_BLOCK, &Device::cpu(2), &block(), &Overrides {
-        force: None,
-        ..ov
-    });
+    let ex = explain(
+        &CPU_BLOCK,
+        &Device::cpu(2),
+        &block(),
+        &Overrides { force: None, ..ov },
+    );
     assert_eq!(ex.candidates[0].verdict, Verdict::Disabled(Source::Env));
     assert!(ex.candidates[0]
         .verdict

@@ -2,9 +2,7 @@
 //! dtypes, the kernel chosen (or `-` when nothing fits, in which case the error must list
 //! every candidate of the table with its reason). Update the table when a kernel is added.
 
-use fp8_linear::{
-    select_builtin, DType, Device, LayerConfig, Overrides, QuantKey, SelectError,
-};
+use fp8_linear::{select_builtin, DType, Device, LayerConfig, Overrides, QuantKey, SelectError};
 
 /// Columns of [`EXPECTED`], each for bf16 then f16 output.
 const KINDS: [&str; 4] = ["block", "per-tensor-static", "per-token", "per-channel"];
@@ -62,7 +60,11 @@ fn selection_matrix() {
         let device = Device::profile(profile).unwrap();
         for (col, want) in row.iter().enumerate() {
             let kind = KINDS[col / 2];
-            let out = if col % 2 == 0 { DType::Bf16 } else { DType::F16 };
+            let out = if col % 2 == 0 {
+                DType::Bf16
+            } else {
+                DType::F16
+            };
             let cfg = config(kind, out);
             let got = match select_builtin(&device, &cfg, &ov) {
                 Ok(s) => s.entry.name.to_string(),
@@ -83,9 +85,15 @@ fn selection_matrix() {
                 Err(e) => panic!("unexpected error for {profile} {kind} {out}: {e}"),
             };
             if got != *want {
-                mismatches.push(format!("{profile:>8} {kind:>18} {out:>4}: expected {want}, got {got}"));
+                mismatches.push(format!(
+                    "{profile:>8} {kind:>18} {out:>4}: expected {want}, got {got}"
+                ));
             }
         }
     }
-    assert!(mismatches.is_empty(), "selection matrix mismatches:\n{}", mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "selection matrix mismatches:\n{}",
+        mismatches.join("\n")
+    );
 }
