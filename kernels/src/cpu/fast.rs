@@ -39,8 +39,16 @@ impl CpuFp8Gemm {
     }
 }
 
-/// `c[m, n] = a[m, k] @ w[n, k]^T`, split over threads along the larger of M and N.
-pub(crate) fn sgemm_abt(a: &[f32], w: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
+/// `c[m, n] = a[m, k] @ w[n, k]^T` in f32 (all row-major), split over threads along M, or
+/// along N when M is small: the threaded SGEMM the fast kernel ends in.
+///
+/// # Panics
+/// When a slice is shorter than its shape (`a`: `m*k`, `w`: `n*k`, `c`: `m*n`).
+pub fn sgemm_abt(a: &[f32], w: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
+    assert!(
+        a.len() >= m * k && w.len() >= n * k && c.len() >= m * n,
+        "sgemm_abt: slices shorter than [m, k] x [n, k] -> [m, n]"
+    );
     let threads = rayon::current_num_threads().max(1);
     // SAFETY (all calls below): the pointers cover [rows, k] / [cols, k] / [rows, n] row-major
     // slices that outlive the call, with the strides given.

@@ -8,5 +8,5 @@ pub mod quantize;
 pub mod reference;
 mod reference_kernel;
 
-pub use fast::CpuFp8Gemm;
+pub use fast::{sgemm_abt, CpuFp8Gemm};
 pub use reference_kernel::CpuReference;
