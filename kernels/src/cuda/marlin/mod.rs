@@ -1,0 +1,384 @@
+//! Marlin-class FP8 weight-only (W8A16) kernel: FP8 e4m3 weights dequantized in registers
+//! to f16 / bf16 by a bit trick, tensor-core `mma.sync` m16n8k16 with f32 accumulation,
+//! 16-bit activations, output in the activation dtype, optional bias.
+//!
+//! This is the kernel whose absence broke FP8 block checkpoints on A100s upstream: it runs
+//! on sm_80..sm_89 (no FP8 tensor cores needed) and sits in the block-scaled table after
+//! the Hopper kernels and before the portable FP8 kernel (which needs sm_89), first in the
+//! per-tensor / per-channel table, and alone in the weight-only table. Forced by name
+//! (`FP8_LINEAR_FORCE=MarlinFp8`), it runs on newer GPUs too.
+//!
+//! Its constructor takes the layer's parameter names ([`LayerParams<4>`]), the block
+//! kernels' the config alone; the attribute checks both at compile time.
+//!
+//! - [`repack`]: the weight repack, scale conversion and padding (host side).
+//! - [`emulate`]: a CPU model of the kernel's arithmetic, for tests.
+//! - [`plan`]: the launch plan (M tile, K split).
+
+pub mod emulate;
+pub mod plan;
+pub mod repack;
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKernelArg};
+use fp8_linear_core::tensor::Data;
+use fp8_linear_core::validate::{check_config_basics, check_io, check_layer_weights};
+use fp8_linear_core::{
+    fp8_kernel, Capability, DType, Fp8Kernel, KernelError, LayerConfig, LayerParams, LayerWeights,
+    Tensor, TensorMut, Unsupported,
+};
+use fp8_linear_cuda::cudarc;
+use fp8_linear_cuda::{DeviceBuffer, Gpu, ModuleSpec};
+
+use super::common::{be, default_ordinal, device_in, device_out, gpu, same_device, Scratch};
+use super::weights::small_to_host;
+use plan::LaunchPlan;
+use repack::{k_group, MarlinWeights, STRIPE};
+
+const NAME: &str = "MarlinFp8";
+
+/// The kernel's CUDA C source (header-free; NVRTC, sm_80 and newer).
+pub const SOURCE: &str = include_str!("marlin.cu");
+
+/// Largest N: the grid's y dimension counts 64-channel stripes (at most 65535).
+pub const MAX_N: usize = 65535 * STRIPE;
+
+/// Marlin-class FP8 weight-only GEMM (W8A16) for Ampere-class GPUs (sm_80..sm_89; forcible
+/// on newer ones). Weight scales per tensor, per output channel, per 1 x G group or per
+/// Bn x Bk block with G / Bk a multiple of 32 (128 in checkpoints); activations f16 or bf16
+/// and never quantized (a block layer's dynamic 1 x 128 activation key is ignored: the
+/// kernel multiplies the 16-bit activations directly); any M, N, K.
+#[fp8_kernel(platform = Cuda, priority = 4, arch = sm80..sm89, force_arch = sm80..,
+             params = [weight, weight_scale, input_scale, input_scale_ub], backend = marlin)]
+pub struct MarlinFp8 {
+    config: LayerConfig,
+    params: LayerParams<4>,
+    target: Option<Capability>,
+    state: Option<State>,
+}
+
+struct State {
+    gpu: Arc<Gpu>,
+    weight: DeviceBuffer<u8>,
+    scales: DeviceBuffer<u8>,
+    channel: DeviceBuffer<f32>,
+    bias: Option<DeviceBuffer<f32>>,
+    /// Kernels for 1, 2 and 4 m8 tiles per warp.
+    funcs: [CudaFunction; 3],
+    _module: Arc<CudaModule>,
+    n_pad: usize,
+    k_pad: usize,
+    groups: usize,
+    steps_per_group: usize,
+    work: Scratch<f32>,
+    counters: Scratch<u8>,
+}
+
+/// The kernel's argument block (`struct Args` in `marlin.cu`, same field order and types).
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+struct Args {
+    w: u64,
+    s: u64,
+    chan: u64,
+    bias: u64,
+    x: u64,
+    out: u64,
+    work: u64,
+    counters: u64,
+    m: i32,
+    n: i32,
+    k: i32,
+    ldx: i32,
+    ldo: i32,
+    ksteps: i32,
+    steps_per_group: i32,
+    groups: i32,
+    splits: i32,
+    steps_per_split: i32,
+    x_vec: i32,
+    m_base: i32,
+}
+
+// SAFETY: plain-old-data with the C layout the kernel's `Args` has.
+unsafe impl DeviceRepr for Args {}
+
+impl MarlinFp8 {
+    /// Builds the kernel for a layer with its parameter names (`weight`, `weight_scale`,
+    /// `input_scale`, `input_scale_ub`): the typed constructor the attribute checks.
+    /// Nothing touches the GPU until `process_weights`.
+    pub fn new(config: &LayerConfig, params: LayerParams<4>) -> Result<Self, KernelError> {
+        Self::can_implement(config).map_err(|reason| KernelError::Unsupported {
+            kernel: NAME,
+            reason,
+        })?;
+        Ok(MarlinFp8 {
+            config: *config,
+            params,
+            target: None,
+            state: None,
+        })
+    }
+
+    /// Compiles the kernel for an older compute capability than the device's (say 8.0 on an
+    /// H200, to run the code an A100 runs): NVRTC emits PTX for `compute_XY` and the driver
+    /// compiles it for the device at load. Call before `process_weights`. Capabilities below
+    /// 8.0 are refused (bf16 mma and `fma.bf16x2` need sm_80).
+    pub fn compile_for(&mut self, cap: Capability) -> Result<(), KernelError> {
+        if !cap.at_least(Capability::new(8, 0)) {
+            return Err(KernelError::Unsupported {
+                kernel: NAME,
+                reason: Unsupported::new("the Marlin kernel needs compute capability 8.0 or newer")
+                    .with("capability", cap.as_number() as u64),
+            });
+        }
+        self.target = Some(cap);
+        Ok(())
+    }
+
+    /// The layer parameter names this kernel was built with.
+    pub fn params(&self) -> &LayerParams<4> {
+        &self.params
+    }
+}
+
+fn load_module(gpu: &Arc<Gpu>, target: Option<Capability>) -> Result<Arc<CudaModule>, KernelError> {
+    match target {
+        Some(cap) if cap != gpu.capability() => {
+            if !gpu.capability().at_least(cap) {
+                return Err(KernelError::backend(
+                    NAME,
+                    format!(
+                        "cannot run code for compute capability {cap} on a device of {}",
+                        gpu.capability()
+                    ),
+                ));
+            }
+            fp8_linear_cuda::probe::nvrtc().map_err(be(NAME))?;
+            let arch = format!("--gpu-architecture=compute_{}{}", cap.major, cap.minor);
+            let opts = cudarc::nvrtc::CompileOptions {
+                options: vec![arch.clone(), "--std=c++17".into(), "-default-device".into()],
+                ..Default::default()
+            };
+            let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts)
+                .map_err(|e| KernelError::backend(NAME, format!("NVRTC ({arch}): {e:?}")))?;
+            gpu.context()
+                .load_module(ptx)
+                .map_err(|e| KernelError::backend(NAME, format!("loading the {arch} PTX: {e:?}")))
+        }
+        _ => gpu
+            .module(&ModuleSpec::new("marlin_w8a16", SOURCE))
+            .map(|(m, _)| m)
+            .map_err(be(NAME)),
+    }
+}
+
+/// The FP8 codes of the weight on the host (copied back from the device if need be).
+fn host_codes(w: &Tensor<'_>, n: usize, k: usize, gpu: &Arc<Gpu>) -> Result<Vec<u8>, KernelError> {
+    match w.data {
+        Data::F8E4m3(s) => Ok(s[..n * k].to_vec()),
+        Data::Device(mem, DType::F8E4m3) => {
+            same_device("weight", &mem, gpu)?;
+            let mut out = vec![0u8; n * k];
+            // The producer may still be writing on the tensor's stream.
+            // SAFETY: the stream handle comes from a live tensor of this device.
+            let stream = unsafe { gpu.borrow_stream(mem.stream) };
+            stream
+                .synchronize()
+                .map_err(|e| KernelError::backend(NAME, format!("stream synchronize: {e:?}")))?;
+            gpu.context()
+                .bind_to_thread()
+                .map_err(|e| KernelError::backend(NAME, format!("binding the context: {e:?}")))?;
+            // SAFETY: check_layer_weights verified the buffer holds n*k bytes; synchronous copy.
+            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut out, mem.ptr) }.map_err(
+                |e| KernelError::backend(NAME, format!("downloading the weight: {e:?}")),
+            )?;
+            Ok(out)
+        }
+        _ => Err(KernelError::DType {
+            what: "weight",
+            expected: "f8e4m3".into(),
+            got: w.dtype(),
+        }),
+    }
+}
+
+const KERNELS: [[&str; 3]; 2] = [
+    [
+        "marlin_w8a16_f16_mt1",
+        "marlin_w8a16_f16_mt2",
+        "marlin_w8a16_f16_mt4",
+    ],
+    [
+        "marlin_w8a16_bf16_mt1",
+        "marlin_w8a16_bf16_mt2",
+        "marlin_w8a16_bf16_mt4",
+    ],
+];
+
+impl Fp8Kernel for MarlinFp8 {
+    fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
+        if let Err(e) = check_config_basics(config) {
+            return Err(e);
+        }
+        if !matches!(config.input_dtype, DType::F16 | DType::Bf16) {
+            return Err(Unsupported::new(
+                "Marlin is weight-only (W8A16): activations must be f16 or bf16",
+            ));
+        }
+        if !config.output_dtype.same(config.input_dtype) {
+            return Err(Unsupported::new(
+                "Marlin writes its output in the activation dtype (output dtype must equal input dtype)",
+            ));
+        }
+        if k_group(config.weight.group).is_none() {
+            return Err(Unsupported::new(
+                "Marlin needs weight scale groups along K that are a multiple of 32 (128 in checkpoints)",
+            ));
+        }
+        if config.n > MAX_N {
+            return Err(
+                Unsupported::new("N is too large for the Marlin grid").with("n", config.n as u64)
+            );
+        }
+        if config.k > (i32::MAX as usize) / 2 {
+            return Err(
+                Unsupported::new("K is too large for the Marlin kernel").with("k", config.k as u64)
+            );
+        }
+        Ok(())
+    }
+
+    fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
+        let c = self.config;
+        check_layer_weights(&c, weights)?;
+        let w = self.params.tensor(NAME, weights, 0)?;
+        let ws = self.params.tensor(NAME, weights, 1)?;
+        let ordinal = match w.data {
+            Data::Device(m, _) => m.ordinal,
+            _ => default_ordinal(),
+        };
+        self.state = None;
+        let gpu = gpu(NAME, ordinal)?;
+        let codes = host_codes(&w, c.n, c.k, &gpu)?;
+        let scales = small_to_host(NAME, "weight_scale", &ws, &gpu)?;
+        let mw: MarlinWeights = repack::prepare(&c, &codes, &scales)?;
+        let bias = match (&weights.bias, c.bias) {
+            (Some(b), true) => {
+                let host = small_to_host(NAME, "bias", b, &gpu)?;
+                Some(DeviceBuffer::from_host(&gpu, &host).map_err(be(NAME))?)
+            }
+            _ => None,
+        };
+        let module = load_module(&gpu, self.target)?;
+        let names = KERNELS[usize::from(mw.bf16)];
+        let load = |i: usize| {
+            module
+                .load_function(names[i])
+                .map_err(|e| KernelError::backend(NAME, format!("loading {}: {e:?}", names[i])))
+        };
+        let funcs = [load(0)?, load(1)?, load(2)?];
+        self.state = Some(State {
+            weight: DeviceBuffer::from_host(&gpu, &mw.weight).map_err(be(NAME))?,
+            scales: DeviceBuffer::from_host(&gpu, &mw.group_scale_bytes()).map_err(be(NAME))?,
+            channel: DeviceBuffer::from_host(&gpu, &mw.channel).map_err(be(NAME))?,
+            bias,
+            funcs,
+            _module: module,
+            n_pad: mw.n_pad,
+            k_pad: mw.k_pad,
+            groups: mw.groups,
+            steps_per_group: mw.steps_per_group,
+            work: Scratch::default(),
+            counters: Scratch::default(),
+            gpu,
+        });
+        Ok(())
+    }
+
+    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
+        let c = self.config;
+        let st = self
+            .state
+            .as_mut()
+            .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
+        let m = check_io(&c, input, output)?;
+        let xin = device_in(NAME, "input", input)?;
+        let xout = device_out(NAME, "output", output)?;
+        same_device("input", &xin, &st.gpu)?;
+        same_device("output", &xout, &st.gpu)?;
+        if m > i32::MAX as usize {
+            return Err(KernelError::shape(
+                "input",
+                "[M < 2^31, K]",
+                format!("{:?}", input.shape),
+            ));
+        }
+        let p = LaunchPlan::new(
+            m,
+            st.n_pad / STRIPE,
+            st.k_pad / repack::STEP,
+            st.gpu.device().sm_count as usize,
+        );
+        let (work, counters) = if p.splits > 1 {
+            let w = st
+                .work
+                .get(&st.gpu, p.workspace_floats())
+                .map_err(be(NAME))?
+                .ptr();
+            let ctr = st
+                .counters
+                .get(&st.gpu, p.tiles() * 4)
+                .map_err(be(NAME))?
+                .ptr();
+            (w, ctr)
+        } else {
+            (0, 0)
+        };
+        let args = Args {
+            w: st.weight.ptr(),
+            s: st.scales.ptr(),
+            chan: st.channel.ptr(),
+            bias: st.bias.as_ref().map_or(0, |b| b.ptr()),
+            x: xin.ptr,
+            out: xout.ptr,
+            work,
+            counters,
+            m: m as i32,
+            n: c.n as i32,
+            k: c.k as i32,
+            ldx: c.k as i32,
+            ldo: c.n as i32,
+            ksteps: (st.k_pad / repack::STEP) as i32,
+            steps_per_group: st.steps_per_group as i32,
+            groups: st.groups as i32,
+            splits: p.splits as i32,
+            steps_per_split: p.steps_per_split as i32,
+            x_vec: i32::from(c.k % 8 == 0 && xin.ptr % 16 == 0),
+            m_base: 0,
+        };
+        let f = &st.funcs[p.variant()];
+        // SAFETY: the stream handle comes from a live tensor of this device.
+        let stream = unsafe { st.gpu.borrow_stream(xin.stream) };
+        let mut b = stream.launch_builder(f);
+        b.arg(&args);
+        let cfg = LaunchConfig {
+            grid_dim: (p.chunks as u32, p.stripes as u32, p.splits as u32),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: every pointer in `args` covers what the kernel reads or writes for these
+        // sizes: weights/scales/channel were built for (n_pad, k_pad, groups); input and
+        // output were checked by check_io (contiguous [m, k] / [m, n], buffers long
+        // enough); the workspace and counters were sized by the plan; the counters are zero
+        // between launches (the last block of each tile resets its counter).
+        unsafe { b.launch(cfg) }
+            .map_err(|e| KernelError::backend(NAME, format!("launch: {e:?}")))?;
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}

@@ -1,0 +1,109 @@
+//! The Marlin kernel's launch plan: how many 8-row M tiles each warp takes, the grid
+//! (M chunks x N stripes x K splits), and the split-K workspace.
+
+/// Blocks per SM the plan aims for (128-thread blocks; enough loads in flight to stream
+/// the weight at memory bandwidth).
+pub const BLOCKS_PER_SM: usize = 4;
+
+/// Minimum K steps (of 32) per split, so each of the 4 warps has at least 2.
+pub const MIN_STEPS_PER_SPLIT: usize = 8;
+
+/// One launch of the kernel.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LaunchPlan {
+    /// 8-row M tiles per warp (1, 2 or 4).
+    pub mt: usize,
+    /// M chunks of `8 * mt` rows (grid x).
+    pub chunks: usize,
+    /// 64-channel N stripes (grid y).
+    pub stripes: usize,
+    /// K splits (grid z); 1 means no workspace.
+    pub splits: usize,
+    /// K steps per split.
+    pub steps_per_split: usize,
+}
+
+impl LaunchPlan {
+    /// Plans a launch for `m` rows, `stripes` N stripes and `ksteps` K steps on a GPU with
+    /// `sm_count` SMs: the M tile grows with M; K is split when the (chunk, stripe) tiles
+    /// alone would not fill the GPU.
+    pub fn new(m: usize, stripes: usize, ksteps: usize, sm_count: usize) -> Self {
+        let mt = if m <= 8 {
+            1
+        } else if m <= 16 {
+            2
+        } else {
+            4
+        };
+        let chunks = m.div_ceil(8 * mt).max(1);
+        let tiles = chunks * stripes.max(1);
+        let target = BLOCKS_PER_SM * sm_count.max(1);
+        let want = if tiles >= target {
+            1
+        } else {
+            target.div_ceil(tiles)
+        };
+        let splits = want.min((ksteps / MIN_STEPS_PER_SPLIT).max(1)).max(1);
+        let steps_per_split = ksteps.div_ceil(splits).max(1);
+        let splits = ksteps.div_ceil(steps_per_split).max(1);
+        LaunchPlan {
+            mt,
+            chunks,
+            stripes,
+            splits,
+            steps_per_split,
+        }
+    }
+
+    /// Index of the kernel variant (0, 1, 2 for mt = 1, 2, 4).
+    pub fn variant(&self) -> usize {
+        match self.mt {
+            1 => 0,
+            2 => 1,
+            _ => 2,
+        }
+    }
+
+    /// (chunk, stripe) tiles, one arrival counter each.
+    pub fn tiles(&self) -> usize {
+        self.chunks * self.stripes
+    }
+
+    /// f32 elements of the split-K workspace (0 without a split).
+    pub fn workspace_floats(&self) -> usize {
+        if self.splits > 1 {
+            self.tiles() * self.splits * 16 * self.mt * 32
+        } else {
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_cover_k_exactly_and_fill_the_gpu() {
+        for &(m, stripes, ksteps) in &[
+            (1, 64, 128),
+            (16, 64, 224),
+            (33, 112, 512),
+            (1024, 64, 128),
+            (1, 1, 1),
+            (7, 2, 9),
+        ] {
+            let p = LaunchPlan::new(m, stripes, ksteps, 132);
+            assert!(p.splits * p.steps_per_split >= ksteps);
+            assert!((p.splits - 1) * p.steps_per_split < ksteps, "{p:?}");
+            assert!(p.chunks * 8 * p.mt >= m);
+            if p.splits > 1 {
+                assert!(p.steps_per_split >= MIN_STEPS_PER_SPLIT.min(ksteps));
+            }
+        }
+        assert_eq!(LaunchPlan::new(1, 64, 128, 132).mt, 1);
+        assert_eq!(LaunchPlan::new(16, 64, 128, 132).mt, 2);
+        assert_eq!(LaunchPlan::new(1024, 64, 128, 132).splits, 1);
+        assert!(LaunchPlan::new(1, 64, 128, 132).splits > 1);
+    }
+}
