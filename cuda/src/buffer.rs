@@ -63,10 +63,9 @@ impl<T: Element> DeviceBuffer<T> {
         if data.is_empty() {
             return Self::zeros(gpu, 0);
         }
-        let slice = gpu
-            .stream()
-            .clone_htod(data)
-            .map_err(|e| CudaError::driver(format!("uploading {} x {}", data.len(), T::DTYPE), e))?;
+        let slice = gpu.stream().clone_htod(data).map_err(|e| {
+            CudaError::driver(format!("uploading {} x {}", data.len(), T::DTYPE), e)
+        })?;
         Ok(DeviceBuffer {
             slice,
             gpu: gpu.clone(),

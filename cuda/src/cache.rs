@@ -49,7 +49,13 @@ pub struct CacheKey {
 
 impl CacheKey {
     /// Builds the key.
-    pub fn new(module: &str, source: &str, arch: &str, options: &[String], nvrtc: (i32, i32)) -> Self {
+    pub fn new(
+        module: &str,
+        source: &str,
+        arch: &str,
+        options: &[String],
+        nvrtc: (i32, i32),
+    ) -> Self {
         let ver = format!("{}.{}", nvrtc.0, nvrtc.1);
         let opts = options.join("\u{1f}");
         let hash = fnv1a64(&[
@@ -60,7 +66,13 @@ impl CacheKey {
         ]);
         let safe: String = module
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '-'
+                }
+            })
             .collect();
         CacheKey {
             hash,
@@ -71,7 +83,9 @@ impl CacheKey {
 
 /// Reads a cached cubin, if present.
 pub fn load(dir: &Path, key: &CacheKey) -> Option<Vec<u8>> {
-    std::fs::read(dir.join(&key.file_name)).ok().filter(|b| !b.is_empty())
+    std::fs::read(dir.join(&key.file_name))
+        .ok()
+        .filter(|b| !b.is_empty())
 }
 
 /// Stores a cubin: write a unique temporary file in the same directory, then rename it over
@@ -121,7 +135,10 @@ mod tests {
         let a = CacheKey::new("m", "src", "sm_90", &[], (13, 0));
         assert_ne!(a, CacheKey::new("m", "src2", "sm_90", &[], (13, 0)));
         assert_ne!(a, CacheKey::new("m", "src", "sm_90a", &[], (13, 0)));
-        assert_ne!(a, CacheKey::new("m", "src", "sm_90", &["-DX".into()], (13, 0)));
+        assert_ne!(
+            a,
+            CacheKey::new("m", "src", "sm_90", &["-DX".into()], (13, 0))
+        );
         assert_ne!(a, CacheKey::new("m", "src", "sm_90", &[], (13, 1)));
         assert_eq!(a, CacheKey::new("m", "src", "sm_90", &[], (13, 0)));
         assert!(a.file_name.starts_with("m-sm_90-"));
@@ -129,7 +146,8 @@ mod tests {
 
     #[test]
     fn store_then_load_round_trips_under_concurrency() {
-        let dir = std::env::temp_dir().join(format!("fp8-linear-cache-test-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("fp8-linear-cache-test-{}", std::process::id()));
         let key = CacheKey::new("t", "x", "sm_80", &[], (1, 0));
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         std::thread::scope(|s| {
@@ -140,7 +158,13 @@ mod tests {
         assert_eq!(load(&dir, &key).unwrap(), data);
         let leftovers = std::fs::read_dir(&dir)
             .unwrap()
-            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"))
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".tmp")
+            })
             .count();
         assert_eq!(leftovers, 0);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -100,7 +100,8 @@ impl Gpu {
         if raw == 0 {
             self.stream.clone()
         } else {
-            self.ctx.wrap_borrowed_stream(raw as cudarc::driver::sys::CUstream)
+            self.ctx
+                .wrap_borrowed_stream(raw as cudarc::driver::sys::CUstream)
         }
     }
 

@@ -57,7 +57,8 @@ impl Lt {
         probe::cublaslt()?;
         ctx.bind_to_thread()
             .map_err(|e| CudaError::driver("binding the context", e))?;
-        let handle = Handle(lt::create_handle().map_err(|e| CudaError::cublas("cublasLtCreate", e))?);
+        let handle =
+            Handle(lt::create_handle().map_err(|e| CudaError::cublas("cublasLtCreate", e))?);
         let workspace = stream
             .alloc_zeros::<u8>(WORKSPACE_BYTES)
             .map_err(|e| CudaError::driver("allocating the cuBLASLt workspace", e))?;
@@ -155,10 +156,22 @@ pub struct Fp8GemmPlan {
 // from any thread as long as calls on one plan do not race (the plan is used through &mut).
 unsafe impl Send for Fp8GemmPlan {}
 
-fn set_desc<T>(d: &Desc, attr: sys::cublasLtMatmulDescAttributes_t, v: &T, what: &str) -> Result<(), CudaError> {
+fn set_desc<T>(
+    d: &Desc,
+    attr: sys::cublasLtMatmulDescAttributes_t,
+    v: &T,
+    what: &str,
+) -> Result<(), CudaError> {
     // SAFETY: v points to a live T of the size passed.
-    unsafe { lt::set_matmul_desc_attribute(d.0, attr, v as *const T as *const c_void, std::mem::size_of::<T>()) }
-        .map_err(|e| CudaError::cublas(format!("setting {what}"), e))
+    unsafe {
+        lt::set_matmul_desc_attribute(
+            d.0,
+            attr,
+            v as *const T as *const c_void,
+            std::mem::size_of::<T>(),
+        )
+    }
+    .map_err(|e| CudaError::cublas(format!("setting {what}"), e))
 }
 
 fn out_type(d: DType) -> Result<sys::cudaDataType, CudaError> {
@@ -167,7 +180,9 @@ fn out_type(d: DType) -> Result<sys::cudaDataType, CudaError> {
         DType::F16 => sys::cudaDataType::CUDA_R_16F,
         DType::F32 => sys::cudaDataType::CUDA_R_32F,
         DType::F8E4m3 => {
-            return Err(CudaError::InvalidArgument("FP8 output is not supported".into()))
+            return Err(CudaError::InvalidArgument(
+                "FP8 output is not supported".into(),
+            ))
         }
     })
 }
@@ -178,7 +193,12 @@ impl Fp8GemmPlan {
     pub fn new(lt: &Arc<Lt>, shape: Fp8GemmShape) -> Result<Self, CudaError> {
         use sys::cublasLtMatmulDescAttributes_t as A;
         let s = shape;
-        if s.k % 16 != 0 || s.ld_weight % 16 != 0 || s.ld_act % 16 != 0 || s.m == 0 || s.n == 0 {
+        if !s.k.is_multiple_of(16)
+            || !s.ld_weight.is_multiple_of(16)
+            || !s.ld_act.is_multiple_of(16)
+            || s.m == 0
+            || s.n == 0
+        {
             return Err(CudaError::InvalidArgument(format!(
                 "cuBLASLt FP8 needs K and leading dimensions that are multiples of 16 and non-empty M, N: {s:?}"
             )));
@@ -188,16 +208,29 @@ impl Fp8GemmPlan {
             s.m, s.n, s.k, s.weight_scale, s.act_scale, s.out
         );
         let desc = Desc(
-            lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType::CUDA_R_32F)
-                .map_err(|e| CudaError::cublas(format!("create desc for {ctx}"), e))?,
+            lt::create_matmul_desc(
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cudaDataType::CUDA_R_32F,
+            )
+            .map_err(|e| CudaError::cublas(format!("create desc for {ctx}"), e))?,
         );
         let trans: i32 = 1; // CUBLAS_OP_T
         let no_trans: i32 = 0;
         set_desc(&desc, A::CUBLASLT_MATMUL_DESC_TRANSA, &trans, "TRANSA")?;
         set_desc(&desc, A::CUBLASLT_MATMUL_DESC_TRANSB, &no_trans, "TRANSB")?;
         let (wm, am) = (s.weight_scale.raw(), s.act_scale.raw());
-        set_desc(&desc, A::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &wm, "A scale mode")?;
-        set_desc(&desc, A::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &am, "B scale mode")?;
+        set_desc(
+            &desc,
+            A::CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+            &wm,
+            "A scale mode",
+        )?;
+        set_desc(
+            &desc,
+            A::CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+            &am,
+            "B scale mode",
+        )?;
         let e4m3 = sys::cudaDataType::CUDA_R_8F_E4M3;
         let mk = |t, rows: usize, cols: usize, ld: usize, what: &str| {
             lt::create_matrix_layout(t, rows as u64, cols as u64, ld as i64)
@@ -207,7 +240,8 @@ impl Fp8GemmPlan {
         let a = mk(e4m3, s.k, s.n, s.ld_weight, "weight")?;
         let b = mk(e4m3, s.k, s.m, s.ld_act, "activation")?;
         let d = mk(out_type(s.out)?, s.n, s.m, s.n, "output")?;
-        let pref = Pref(lt::create_matmul_pref().map_err(|e| CudaError::cublas("create preference", e))?);
+        let pref =
+            Pref(lt::create_matmul_pref().map_err(|e| CudaError::cublas("create preference", e))?);
         let ws = WORKSPACE_BYTES as u64;
         // SAFETY: ws is a live u64.
         unsafe {
@@ -220,8 +254,10 @@ impl Fp8GemmPlan {
         }
         .map_err(|e| CudaError::cublas("setting the workspace preference", e))?;
         // SAFETY: every descriptor is live.
-        let heur = unsafe { lt::get_matmul_algo_heuristic(lt.handle.0, desc.0, a.0, b.0, d.0, d.0, pref.0) }
-            .map_err(|e| CudaError::cublas(format!("no algorithm for {ctx}"), e))?;
+        let heur = unsafe {
+            lt::get_matmul_algo_heuristic(lt.handle.0, desc.0, a.0, b.0, d.0, d.0, pref.0)
+        }
+        .map_err(|e| CudaError::cublas(format!("no algorithm for {ctx}"), e))?;
         Ok(Fp8GemmPlan {
             shape,
             desc,
@@ -254,8 +290,18 @@ impl Fp8GemmPlan {
         stream: u64,
     ) -> Result<(), CudaError> {
         use sys::cublasLtMatmulDescAttributes_t as A;
-        set_desc(&self.desc, A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales, "A scale pointer")?;
-        set_desc(&self.desc, A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &act_scales, "B scale pointer")?;
+        set_desc(
+            &self.desc,
+            A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+            &weight_scales,
+            "A scale pointer",
+        )?;
+        set_desc(
+            &self.desc,
+            A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+            &act_scales,
+            "B scale pointer",
+        )?;
         let alpha = 1f32;
         let beta = 0f32;
         let ws = self.lt.workspace.lock().expect("workspace lock poisoned");

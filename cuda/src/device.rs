@@ -2,8 +2,8 @@
 
 use std::borrow::Cow;
 
-use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::result;
+use cudarc::driver::sys::CUdevice_attribute;
 use fp8_linear_core::{Capability, Device, Platform};
 
 use crate::error::CudaError;
@@ -36,7 +36,8 @@ pub fn describe(ordinal: usize) -> Result<Device, CudaError> {
             detail: format!("ordinal {ordinal} requested, the driver reports {n} device(s)"),
         });
     }
-    let ctx_err = |what: &'static str| move |e| CudaError::driver(format!("{what} (device {ordinal})"), e);
+    let ctx_err =
+        |what: &'static str| move |e| CudaError::driver(format!("{what} (device {ordinal})"), e);
     let dev = result::device::get(ordinal as i32).map_err(ctx_err("cuDeviceGet"))?;
     // SAFETY: `dev` is a valid device handle from cuDeviceGet.
     let attr = |a| unsafe { result::device::get_attribute(dev, a) };
@@ -58,4 +59,3 @@ pub fn describe(ordinal: usize) -> Result<Device, CudaError> {
         ordinal: Some(ordinal as u32),
     })
 }
-

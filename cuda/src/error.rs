@@ -90,7 +90,9 @@ impl CudaError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            CudaError::NoDriver { .. } | CudaError::NoDevice { .. } | CudaError::MissingLibrary { .. }
+            CudaError::NoDriver { .. }
+                | CudaError::NoDevice { .. }
+                | CudaError::MissingLibrary { .. }
         )
     }
 }

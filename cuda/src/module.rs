@@ -94,7 +94,12 @@ impl Gpu {
             source,
             millis: t0.elapsed().as_secs_f64() * 1e3,
         };
-        if let Some(m) = self.modules.lock().expect("module cache poisoned").get(&key) {
+        if let Some(m) = self
+            .modules
+            .lock()
+            .expect("module cache poisoned")
+            .get(&key)
+        {
             return Ok((m.clone(), stats(LoadSource::Memory)));
         }
         let dir = cache::cache_dir();

@@ -94,10 +94,12 @@ pub fn compile_cubin(
         error,
         log,
     };
-    let src = CString::new(source).map_err(|_| err("source holds a NUL byte".into(), String::new()))?;
+    let src =
+        CString::new(source).map_err(|_| err("source holds a NUL byte".into(), String::new()))?;
     let name = CString::new(format!("{module}.cu")).expect("module names hold no NUL");
     let prog = Program(
-        result::create_program(&src, Some(&name)).map_err(|e| err(format!("{:?}", e.0), String::new()))?,
+        result::create_program(&src, Some(&name))
+            .map_err(|e| err(format!("{:?}", e.0), String::new()))?,
     );
     let mut opts: Vec<String> = vec![format!("--gpu-architecture={arch}")];
     opts.extend(options.iter().cloned());

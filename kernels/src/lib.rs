@@ -17,6 +17,8 @@
 extern crate self as fp8_linear;
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod linear;
 pub mod tables;
 

@@ -4,6 +4,8 @@
 use fp8_linear_core::{fp8_table, Registry, Table};
 
 use crate::cpu::{CpuFp8Gemm, CpuReference};
+#[cfg(feature = "cuda")]
+use crate::cuda::{CublasLtBlockFp8, CublasLtFp8PerTensor, CublasLtFp8Rowwise, PortableBlockFp8};
 
 fp8_table! {
     /// Block-scaled W8A8 on the CPU.
@@ -14,7 +16,30 @@ fp8_table! {
     pub CPU_WEIGHT_ONLY: Cpu, WeightOnly = [CpuFp8Gemm, CpuReference];
 }
 
+// CUDA tables, fastest first. Priorities leave gaps for kernels that slot in between:
+// a Hopper wgmma block kernel (1), Marlin W8A16 (4 in the block table, 1 in the scaled one).
+#[cfg(feature = "cuda")]
+fp8_table! {
+    /// Block-scaled W8A8 on CUDA GPUs: cuBLASLt block-scaled (sm_90), then the portable
+    /// mma.sync kernel (sm_89+).
+    pub CUDA_BLOCK: Cuda, BlockScaled = [CublasLtBlockFp8, PortableBlockFp8];
+    /// Per-tensor / per-token / per-channel W8A8 on CUDA GPUs: cuBLASLt per-tensor (sm_89+),
+    /// then cuBLASLt outer-vector (sm_90+).
+    pub CUDA_SCALED: Cuda, Scaled = [CublasLtFp8PerTensor, CublasLtFp8Rowwise];
+}
+
 /// Every built-in table.
+#[cfg(feature = "cuda")]
+pub static BUILTIN: &Registry = &[
+    &CUDA_BLOCK,
+    &CUDA_SCALED,
+    &CPU_BLOCK,
+    &CPU_SCALED,
+    &CPU_WEIGHT_ONLY,
+];
+
+/// Every built-in table.
+#[cfg(not(feature = "cuda"))]
 pub static BUILTIN: &Registry = &[&CPU_BLOCK, &CPU_SCALED, &CPU_WEIGHT_ONLY];
 
 /// Every built-in table, for listing.

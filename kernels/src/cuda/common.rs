@@ -1,0 +1,126 @@
+//! Helpers shared by the CUDA kernels: device-tensor access, the GPU of a layer, error
+//! mapping, dtype codes.
+
+use std::sync::Arc;
+
+use fp8_linear_core::tensor::{Data, DataMut};
+use fp8_linear_core::{DType, DeviceMemory, KernelError, Tensor, TensorMut};
+use fp8_linear_cuda::{CudaError, Gpu};
+
+/// The device memory behind a tensor, or a typed error for host memory.
+pub fn device_in(
+    kernel: &'static str,
+    what: &'static str,
+    t: &Tensor<'_>,
+) -> Result<DeviceMemory, KernelError> {
+    match t.data {
+        Data::Device(m, _) => Ok(m),
+        _ => Err(KernelError::Device {
+            what,
+            detail: format!("{kernel} runs on a CUDA GPU and needs device memory; got host memory"),
+        }),
+    }
+}
+
+/// The device memory behind a writable tensor, or a typed error for host memory.
+pub fn device_out(
+    kernel: &'static str,
+    what: &'static str,
+    t: &TensorMut<'_>,
+) -> Result<DeviceMemory, KernelError> {
+    match t.data {
+        DataMut::Device(m, _) => Ok(m),
+        _ => Err(KernelError::Device {
+            what,
+            detail: format!("{kernel} runs on a CUDA GPU and needs device memory; got host memory"),
+        }),
+    }
+}
+
+/// Checks that memory lives on the kernel's GPU.
+pub fn same_device(what: &'static str, m: &DeviceMemory, gpu: &Gpu) -> Result<(), KernelError> {
+    if m.ordinal != gpu.ordinal() {
+        return Err(KernelError::Device {
+            what,
+            detail: format!(
+                "memory is on CUDA device {}, the layer's weights are on device {}",
+                m.ordinal,
+                gpu.ordinal()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The ordinal host weights are uploaded to: `FP8_LINEAR_CUDA_DEVICE`, else 0.
+pub fn default_ordinal() -> u32 {
+    std::env::var("FP8_LINEAR_CUDA_DEVICE")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The process-wide GPU for an ordinal, with the error attributed to the kernel.
+pub fn gpu(kernel: &'static str, ordinal: u32) -> Result<Arc<Gpu>, KernelError> {
+    fp8_linear_cuda::gpu(ordinal).map_err(be(kernel))
+}
+
+/// Maps a CUDA-layer error to a kernel error naming the kernel.
+pub fn be(kernel: &'static str) -> impl Fn(CudaError) -> KernelError {
+    move |e| KernelError::backend(kernel, e)
+}
+
+/// Index of a float dtype in the kernels' instantiation order (f32, f16, bf16).
+pub fn float_index(what: &'static str, d: DType) -> Result<usize, KernelError> {
+    match d {
+        DType::F32 => Ok(0),
+        DType::F16 => Ok(1),
+        DType::Bf16 => Ok(2),
+        DType::F8E4m3 => Err(KernelError::DType {
+            what,
+            expected: "f32, f16 or bf16".into(),
+            got: d,
+        }),
+    }
+}
+
+/// The name suffix of a float dtype in kernel names.
+pub const FLOAT_NAMES: [&str; 3] = ["f32", "f16", "bf16"];
+
+/// K rounded up to 16 (the row stride of FP8 operands, so every row is 16-byte aligned).
+pub const fn padded_k(k: usize) -> usize {
+    k.div_ceil(16) * 16
+}
+
+/// A growable device scratch buffer, reallocated only when too small.
+pub struct Scratch<T: fp8_linear_cuda::buffer::Element> {
+    buf: Option<fp8_linear_cuda::DeviceBuffer<T>>,
+}
+
+impl<T: fp8_linear_cuda::buffer::Element> Default for Scratch<T> {
+    fn default() -> Self {
+        Scratch { buf: None }
+    }
+}
+
+impl<T: fp8_linear_cuda::buffer::Element> Scratch<T> {
+    /// A buffer of at least `len` elements (its address is stable until it must grow).
+    pub fn get(
+        &mut self,
+        gpu: &Arc<Gpu>,
+        len: usize,
+    ) -> Result<&mut fp8_linear_cuda::DeviceBuffer<T>, CudaError> {
+        let grow = match &self.buf {
+            Some(b) => b.len() < len,
+            None => true,
+        };
+        if grow {
+            self.buf = None; // free first
+            self.buf = Some(fp8_linear_cuda::DeviceBuffer::zeros(
+                gpu,
+                len.next_power_of_two(),
+            )?);
+        }
+        Ok(self.buf.as_mut().expect("allocated above"))
+    }
+}

@@ -1,0 +1,235 @@
+// Portable block-scaled FP8 GEMM (sm_89+): FP8 mma.sync m16n8k32 e4m3, cp.async multi-stage
+// pipeline, XOR-swizzled shared memory, f32 accumulation with the 1x128 activation and
+// 128x128 weight scales applied once per 128-long K block (promotion into a second set of
+// f32 accumulators). Any M, N, K: rows past M / N and K chunks past the padded K are
+// zero-filled by cp.async, stores are masked.
+//
+//   out[m, n] = sum_kb As[m, kb] * Bs[n / 128, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
+//
+// A: [M, lda] e4m3 codes (lda % 16 == 0, columns K..kp zero), As: [M, Kb] row-major f32.
+// B: [N, ldb] e4m3 codes (ldb % 16 == 0, columns K..kp zero), Bs: [ceil(N/128), Kb] f32.
+// Tile BM x 128 x 128 (BM = 32 * MT), 8 warps as 2 (M) x 4 (N). Split-K over blockIdx.z
+// accumulates into an f32 workspace with atomics; `splitk_finalize` converts it.
+
+#ifndef MT
+#define MT 4
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#define BM (32 * MT)
+#define BN 128
+#define BK 128
+#define THREADS 256
+#define WM (BM / 2)
+#define A_STAGE (BM * BK)
+#define B_STAGE (BN * BK)
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_e4m3(float* c, const u32* a, const u32* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Byte offset of 16-byte chunk `ch` (0..7) of row `r` in a 128-byte-row swizzled tile.
+__device__ __forceinline__ u32 swz(int r, int ch) { return (u32)(r * 128 + ((ch ^ (r & 7)) << 4)); }
+
+__device__ __forceinline__ void load_tile(u32 dst, const u8* __restrict__ src, int ld, int row0,
+                                          int rows_total, int rows_tile, int k0, int kp) {
+    for (int c = threadIdx.x; c < rows_tile * 8; c += THREADS) {
+        const int r = c >> 3, ch = c & 7;
+        const int gr = row0 + r, gk = k0 + ch * 16;
+        const bool ok = gr < rows_total && gk < kp;
+        const u8* p = ok ? src + (long long)gr * ld + gk : src;
+        cp_async16(dst + swz(r, ch), p, ok ? 16 : 0);
+    }
+}
+
+template <int OUT>
+__device__ __forceinline__ void store2(void* out, long long idx, float v0, float v1, bool both,
+                                       bool pair_ok) {
+    if (OUT == 0) {
+        float* o = (float*)out + idx;
+        if (both && pair_ok) { *reinterpret_cast<float2*>(o) = make_float2(v0, v1); }
+        else { o[0] = v0; if (both) o[1] = v1; }
+    } else {
+        u16 h0 = OUT == 1 ? f32_to_f16(v0) : f32_to_bf16(v0);
+        u16 h1 = OUT == 1 ? f32_to_f16(v1) : f32_to_bf16(v1);
+        u16* o = (u16*)out + idx;
+        if (both && pair_ok) { *reinterpret_cast<u32*>(o) = (u32)h0 | ((u32)h1 << 16); }
+        else { o[0] = h0; if (both) o[1] = h1; }
+    }
+}
+
+template <int OUT>
+__device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __restrict__ As,
+                           const u8* __restrict__ B, int ldb, const float* __restrict__ Bs,
+                           void* __restrict__ out, float* __restrict__ ws,
+                           const float* __restrict__ bias, int M, int N, int K, int kp,
+                           int kb_per_split) {
+    extern __shared__ __align__(128) u8 smem[];
+    const int Kb = (K + BK - 1) / BK;
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const int kb0 = blockIdx.z * kb_per_split;
+    const int kb1 = min(Kb, kb0 + kb_per_split);
+    const int nk = kb1 - kb0;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wm = warp >> 2, wn = warp & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const u32 s0 = smem_u32(smem);
+
+    float tot[MT][4][4];
+    float part[MT][4][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) { tot[i][j][e] = 0.f; part[i][j][e] = 0.f; }
+
+    auto stage_a = [&](int s) { return s0 + (u32)(s * (A_STAGE + B_STAGE)); };
+    auto stage_b = [&](int s) { return s0 + (u32)(s * (A_STAGE + B_STAGE) + A_STAGE); };
+    auto load = [&](int s, int kb) {
+        load_tile(stage_a(s), A, lda, m0, M, BM, kb * BK, kp);
+        load_tile(stage_b(s), B, ldb, n0, N, BN, kb * BK, kp);
+    };
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nk) load(s, kb0 + s);
+        cp_async_commit();
+    }
+    const float* bs_row = Bs + (long long)(n0 / 128) * Kb;
+    for (int i = 0; i < nk; ++i) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int nx = i + STAGES - 1;
+        if (nx < nk) load(nx % STAGES, kb0 + nx);
+        cp_async_commit();
+        const u32 sa = stage_a(i % STAGES), sb = stage_b(i % STAGES);
+#pragma unroll
+        for (int ks = 0; ks < BK / 32; ++ks) {
+            u32 af[MT][4];
+            u32 bf[4][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const int r = wm * WM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                ldmatrix_x4(sa + swz(r, ks * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
+            }
+#pragma unroll
+            for (int np = 0; np < 2; ++np) {
+                const int r = wn * 32 + np * 16 + (lane & 7) + (lane >> 4) * 8;
+                ldmatrix_x4(sb + swz(r, ks * 2 + ((lane >> 3) & 1)), bf[np * 2][0], bf[np * 2][1],
+                            bf[np * 2 + 1][0], bf[np * 2 + 1][1]);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) mma_e4m3(part[mt][nt], af[mt], bf[nt]);
+        }
+        // Promotion: apply this K block's scales once, in f32.
+        const int kb = kb0 + i;
+        const float bsv = bs_row[kb];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const int r0 = m0 + wm * WM + mt * 16 + g;
+            const float f0 = r0 < M ? As[(long long)r0 * Kb + kb] * bsv : 0.f;
+            const float f1 = r0 + 8 < M ? As[(long long)(r0 + 8) * Kb + kb] * bsv : 0.f;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                tot[mt][nt][0] += part[mt][nt][0] * f0;
+                tot[mt][nt][1] += part[mt][nt][1] * f0;
+                tot[mt][nt][2] += part[mt][nt][2] * f1;
+                tot[mt][nt][3] += part[mt][nt][3] * f1;
+                part[mt][nt][0] = part[mt][nt][1] = part[mt][nt][2] = part[mt][nt][3] = 0.f;
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    const bool split = gridDim.z > 1;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = m0 + wm * WM + mt * 16 + g + h * 8;
+            if (r >= M) continue;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                const int c = n0 + wn * 32 + nt * 8 + t * 2;
+                if (c >= N) continue;
+                const bool both = c + 1 < N;
+                float v0 = tot[mt][nt][h * 2], v1 = tot[mt][nt][h * 2 + 1];
+                const long long idx = (long long)r * N + c;
+                if (split) {
+                    atomicAdd(ws + idx, v0);
+                    if (both) atomicAdd(ws + idx + 1, v1);
+                } else {
+                    if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
+                    store2<OUT>(out, idx, v0, v1, both, (N & 1) == 0);
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+block_gemm_f32(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
+               void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
+    block_gemm<0>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+block_gemm_f16(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
+               void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
+    block_gemm<1>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+block_gemm_bf16(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
+                void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
+    block_gemm<2>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
+}
+
+// Split-K epilogue: out = ws (+ bias), converted to the output dtype.
+template <int OUT>
+__device__ void finalize(const float* __restrict__ ws, void* __restrict__ out,
+                         const float* __restrict__ bias, int M, int N) {
+    const long long total = (long long)M * N;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = ws[i];
+        if (bias != 0) v += bias[i % N];
+        if (OUT == 0) ((float*)out)[i] = v;
+        else ((u16*)out)[i] = OUT == 1 ? f32_to_f16(v) : f32_to_bf16(v);
+    }
+}
+extern "C" __global__ void splitk_finalize_f32(const float* ws, void* out, const float* bias, int M, int N) {
+    finalize<0>(ws, out, bias, M, N);
+}
+extern "C" __global__ void splitk_finalize_f16(const float* ws, void* out, const float* bias, int M, int N) {
+    finalize<1>(ws, out, bias, M, N);
+}
+extern "C" __global__ void splitk_finalize_bf16(const float* ws, void* out, const float* bias, int M, int N) {
+    finalize<2>(ws, out, bias, M, N);
+}

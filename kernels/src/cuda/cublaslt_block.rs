@@ -1,0 +1,169 @@
+//! cuBLASLt's block-scaled FP8 GEMM on Hopper (sm_90 exactly, cuBLASLt >= 12.9): 1x128
+//! activation scales (`VEC128_32F`) and 128x128 weight scales (`BLK128x128_32F`).
+//!
+//! Scale layouts cuBLASLt expects (checked against the f64 reference with N != K and
+//! non-uniform scales in the GPU tests): activation scales `[M, ceil(K/128)]` with M the
+//! fast index (`s[kb * M + m]`); weight scales `[ceil(N/128), ceil(K/128)]` row-major with the
+//! row length rounded up to a multiple of 4. K is padded to a multiple of 16 (zeros).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use fp8_linear_core::validate::check_io;
+use fp8_linear_core::{
+    fp8_kernel, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
+    Unsupported,
+};
+use fp8_linear_cuda::cublaslt::{Fp8GemmPlan, Fp8GemmShape, Lt, ScaleMode};
+use fp8_linear_cuda::{DeviceBuffer, Gpu};
+
+use super::common::{be, device_in, device_out, same_device, Scratch};
+use super::portable::block_128_checks;
+use super::quant::{ActQuant, ScaleOrder};
+use super::weights::DeviceWeights;
+
+const NAME: &str = "CublasLtBlockFp8";
+
+/// Most M values whose cuBLASLt plans are kept per layer.
+const MAX_PLANS: usize = 64;
+
+/// cuBLASLt block-scaled FP8 GEMM (Hopper): bf16 output, N a multiple of 16, no bias.
+#[fp8_kernel(platform = Cuda, priority = 2, arch = sm90, backend = cublaslt)]
+pub struct CublasLtBlockFp8 {
+    config: LayerConfig,
+    state: Option<State>,
+}
+
+struct State {
+    gpu: Arc<Gpu>,
+    lt: Arc<Lt>,
+    w: DeviceWeights,
+    /// Weight scales in cuBLASLt's BLK128x128 layout.
+    bs: DeviceBuffer<f32>,
+    quant: ActQuant,
+    plans: HashMap<usize, Fp8GemmPlan>,
+    q: Scratch<u8>,
+    a_scales: Scratch<f32>,
+}
+
+impl CublasLtBlockFp8 {
+    /// Builds the kernel for a layer (nothing touches the GPU until `process_weights`).
+    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+        Ok(CublasLtBlockFp8 {
+            config: *config,
+            state: None,
+        })
+    }
+}
+
+/// Weight block scales `[nb, kb]` (row-major) in cuBLASLt's BLK128x128 layout: rows of
+/// `kb` rounded up to 4, zero-padded.
+pub fn blk128_weight_scales(scales: &[f32], nb: usize, kb: usize) -> Vec<f32> {
+    let ld = kb.div_ceil(4) * 4;
+    let mut out = vec![0f32; nb * ld];
+    for (dst, src) in out.chunks_mut(ld).zip(scales.chunks(kb)) {
+        dst[..kb].copy_from_slice(src);
+    }
+    out
+}
+
+impl Fp8Kernel for CublasLtBlockFp8 {
+    fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
+        block_128_checks(config)?;
+        if !matches!(config.output_dtype, DType::Bf16) {
+            return Err(Unsupported::new(
+                "cuBLASLt block-scaled FP8 writes bf16 output only",
+            ));
+        }
+        if !config.n.is_multiple_of(16) {
+            return Err(Unsupported::new("N must be a multiple of 16").with("N", config.n as u64));
+        }
+        if config.bias {
+            return Err(Unsupported::new(
+                "bias is not supported (no epilogue wired)",
+            ));
+        }
+        Ok(())
+    }
+
+    fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
+        let c = self.config;
+        let w = DeviceWeights::load(NAME, &c, weights)?;
+        let gpu = w.gpu.clone();
+        let lt = gpu.cublaslt().map_err(be(NAME))?;
+        let (nb, kb) = (c.n.div_ceil(128), c.k.div_ceil(128));
+        let bs = DeviceBuffer::from_host(&gpu, &blk128_weight_scales(&w.host_scales, nb, kb))
+            .map_err(be(NAME))?;
+        let quant = ActQuant::new(&gpu).map_err(be(NAME))?;
+        self.state = Some(State {
+            gpu,
+            lt,
+            w,
+            bs,
+            quant,
+            plans: HashMap::new(),
+            q: Scratch::default(),
+            a_scales: Scratch::default(),
+        });
+        Ok(())
+    }
+
+    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
+        let c = self.config;
+        let st = self
+            .state
+            .as_mut()
+            .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
+        let m = check_io(&c, input, output)?;
+        let x = device_in(NAME, "input", input)?;
+        let out = device_out(NAME, "output", output)?;
+        same_device("input", &x, &st.gpu)?;
+        same_device("output", &out, &st.gpu)?;
+        let (k, ldk) = (c.k, st.w.ldk);
+        let kb = k.div_ceil(128);
+        let gpu = st.gpu.clone();
+        let q = st.q.get(&gpu, m * ldk).map_err(be(NAME))?.ptr();
+        let a_s = st.a_scales.get(&gpu, m * kb).map_err(be(NAME))?.ptr();
+        // SAFETY: sizes as allocated above and checked by check_io; same GPU and stream.
+        unsafe {
+            st.quant.group128(
+                x.ptr,
+                c.input_dtype,
+                m,
+                k,
+                q,
+                ldk,
+                a_s,
+                ScaleOrder::ColMajor,
+                out.stream,
+            )
+        }
+        .map_err(be(NAME))?;
+        if !st.plans.contains_key(&m) {
+            if st.plans.len() >= MAX_PLANS {
+                st.plans.clear();
+            }
+            let shape = Fp8GemmShape {
+                m,
+                n: c.n,
+                k: ldk,
+                ld_weight: ldk,
+                ld_act: ldk,
+                out: c.output_dtype,
+                weight_scale: ScaleMode::Blk128x128,
+                act_scale: ScaleMode::Vec128,
+            };
+            let plan = Fp8GemmPlan::new(&st.lt, shape).map_err(be(NAME))?;
+            st.plans.insert(m, plan);
+        }
+        let plan = st.plans.get_mut(&m).expect("inserted above");
+        // SAFETY: weight n*ldk bytes, scales in BLK128x128 layout, activations m*ldk bytes,
+        // activation scales kb*m floats, output m*n bf16 (check_io); all on this GPU.
+        unsafe { plan.run(st.w.codes.ptr(), st.bs.ptr(), q, a_s, out.ptr, out.stream) }
+            .map_err(be(NAME))
+    }
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}

@@ -1,0 +1,333 @@
+//! cuBLASLt FP8 GEMMs for the non-block ("scaled") table: one scale per tensor
+//! ([`CublasLtFp8PerTensor`], sm_89+), and per-token activation x per-channel weight scales
+//! through cuBLASLt's outer-vector scale mode ([`CublasLtFp8Rowwise`], sm_90+, cuBLASLt >=
+//! 12.9). Activations are quantized on the GPU per the layer's key; K is padded to 16.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use fp8_linear_core::quant::{GroupShape, ScaleDtype};
+use fp8_linear_core::validate::{check_config_basics, check_io};
+use fp8_linear_core::{
+    fp8_kernel, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
+    Unsupported,
+};
+use fp8_linear_cuda::cublaslt::{Fp8GemmPlan, Fp8GemmShape, Lt, ScaleMode};
+use fp8_linear_cuda::{DeviceBuffer, Gpu};
+
+use super::common::{be, device_in, device_out, same_device, Scratch};
+use super::quant::ActQuant;
+use super::weights::DeviceWeights;
+
+const MAX_PLANS: usize = 64;
+
+/// Checks shared by both kernels: FP8 e4m3 W8A8 with f32 scales, float input, N % 16 == 0,
+/// no bias.
+const fn scaled_basics(config: &LayerConfig) -> Result<(), Unsupported> {
+    if let Err(e) = check_config_basics(config) {
+        return Err(e);
+    }
+    if matches!(config.weight.scale_dtype, ScaleDtype::Ue8m0) {
+        return Err(Unsupported::new("ue8m0 weight scales are not supported"));
+    }
+    let Some(a) = config.activation else {
+        return Err(Unsupported::new("activations must be quantized (W8A8)"));
+    };
+    if matches!(a.scale_dtype, ScaleDtype::Ue8m0) {
+        return Err(Unsupported::new(
+            "ue8m0 activation scales are not supported",
+        ));
+    }
+    if matches!(config.input_dtype, DType::F8E4m3) {
+        return Err(Unsupported::new("input dtype must be f32, f16 or bf16"));
+    }
+    if !config.n.is_multiple_of(16) {
+        return Err(Unsupported::new("N must be a multiple of 16").with("N", config.n as u64));
+    }
+    if config.bias {
+        return Err(Unsupported::new(
+            "bias is not supported (no epilogue wired)",
+        ));
+    }
+    Ok(())
+}
+
+/// What both kernels keep after `process_weights`.
+struct State {
+    gpu: Arc<Gpu>,
+    lt: Arc<Lt>,
+    w: DeviceWeights,
+    /// Weight scales as cuBLASLt reads them (one, or one per output channel).
+    ws: DeviceBuffer<f32>,
+    /// Static input scale / upper bound, on the device.
+    input_scale: Option<DeviceBuffer<f32>>,
+    input_scale_ub: Option<DeviceBuffer<f32>>,
+    quant: ActQuant,
+    plans: HashMap<usize, Fp8GemmPlan>,
+    q: Scratch<u8>,
+    a_scales: Scratch<f32>,
+    amax: Scratch<f32>,
+}
+
+impl State {
+    fn load(
+        kernel: &'static str,
+        c: &LayerConfig,
+        weights: &LayerWeights<'_>,
+        per_channel: bool,
+    ) -> Result<Self, KernelError> {
+        let w = DeviceWeights::load(kernel, c, weights)?;
+        let gpu = w.gpu.clone();
+        let lt = gpu.cublaslt().map_err(be(kernel))?;
+        let scales: Vec<f32> = if per_channel && w.host_scales.len() == 1 {
+            vec![w.host_scales[0]; c.n]
+        } else {
+            w.host_scales.clone()
+        };
+        let ws = DeviceBuffer::from_host(&gpu, &scales).map_err(be(kernel))?;
+        let up = |v: Option<f32>| -> Result<Option<DeviceBuffer<f32>>, KernelError> {
+            v.map(|v| DeviceBuffer::from_host(&gpu, &[v]).map_err(be(kernel)))
+                .transpose()
+        };
+        let input_scale = up(w.input_scale)?;
+        let input_scale_ub = up(w.input_scale_ub)?;
+        let quant = ActQuant::new(&gpu).map_err(be(kernel))?;
+        Ok(State {
+            gpu,
+            lt,
+            w,
+            ws,
+            input_scale,
+            input_scale_ub,
+            quant,
+            plans: HashMap::new(),
+            q: Scratch::default(),
+            a_scales: Scratch::default(),
+            amax: Scratch::default(),
+        })
+    }
+
+    /// Quantizes the input per the layer's activation key and runs the GEMM.
+    fn run(
+        &mut self,
+        kernel: &'static str,
+        c: &LayerConfig,
+        modes: (ScaleMode, ScaleMode),
+        input: &Tensor<'_>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let m = check_io(c, input, output)?;
+        let x = device_in(kernel, "input", input)?;
+        let out = device_out(kernel, "output", output)?;
+        same_device("input", &x, &self.gpu)?;
+        same_device("output", &out, &self.gpu)?;
+        let (k, ldk) = (c.k, self.w.ldk);
+        let gpu = self.gpu.clone();
+        let q = self.q.get(&gpu, m * ldk).map_err(be(kernel))?.ptr();
+        let a_s = self.a_scales.get(&gpu, m).map_err(be(kernel))?.ptr();
+        let act = c.activation.expect("checked by can_implement");
+        let stream = out.stream;
+        let per_row = modes.1 == ScaleMode::OuterVec;
+        // SAFETY: x holds m*k elements, q m*ldk bytes, a_s m floats, scalars one f32 each;
+        // all on this GPU, ordered on the output's stream.
+        unsafe {
+            match act.group {
+                GroupShape::PerToken => {
+                    let ub = self.input_scale_ub.as_ref().map(|b| b.ptr());
+                    self.quant
+                        .per_token(x.ptr, c.input_dtype, m, k, q, ldk, a_s, ub, stream)
+                }
+                _ => {
+                    let amax = self.amax.get(&gpu, 1).map_err(be(kernel))?.ptr();
+                    let fixed = if act.dynamic {
+                        None
+                    } else {
+                        Some(self.input_scale.as_ref().map(|b| b.ptr()).ok_or(
+                            KernelError::MissingParam {
+                                kernel,
+                                name: "input_scale",
+                            },
+                        )?)
+                    };
+                    let (rows, one) = if per_row {
+                        (Some(a_s), None)
+                    } else {
+                        (None, Some(a_s))
+                    };
+                    self.quant.per_tensor(
+                        x.ptr,
+                        c.input_dtype,
+                        m,
+                        k,
+                        q,
+                        ldk,
+                        fixed,
+                        amax,
+                        rows,
+                        one,
+                        stream,
+                    )
+                }
+            }
+        }
+        .map_err(be(kernel))?;
+        if !self.plans.contains_key(&m) {
+            if self.plans.len() >= MAX_PLANS {
+                self.plans.clear();
+            }
+            let shape = Fp8GemmShape {
+                m,
+                n: c.n,
+                k: ldk,
+                ld_weight: ldk,
+                ld_act: ldk,
+                out: c.output_dtype,
+                weight_scale: modes.0,
+                act_scale: modes.1,
+            };
+            self.plans
+                .insert(m, Fp8GemmPlan::new(&self.lt, shape).map_err(be(kernel))?);
+        }
+        let plan = self.plans.get_mut(&m).expect("inserted above");
+        // SAFETY: weight n*ldk bytes with its scales, activations m*ldk bytes with theirs,
+        // output m*n (check_io); all on this GPU.
+        unsafe { plan.run(self.w.codes.ptr(), self.ws.ptr(), q, a_s, out.ptr, stream) }
+            .map_err(be(kernel))
+    }
+}
+
+/// cuBLASLt FP8 GEMM with one scale per tensor for weights and activations (static or
+/// dynamic), bf16/f16/f32 output (sm_89+).
+#[fp8_kernel(platform = Cuda, priority = 2, arch = sm89.., backend = cublaslt)]
+pub struct CublasLtFp8PerTensor {
+    config: LayerConfig,
+    state: Option<State>,
+}
+
+impl CublasLtFp8PerTensor {
+    /// Builds the kernel for a layer (nothing touches the GPU until `process_weights`).
+    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+        Ok(CublasLtFp8PerTensor {
+            config: *config,
+            state: None,
+        })
+    }
+}
+
+impl Fp8Kernel for CublasLtFp8PerTensor {
+    fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
+        scaled_basics(config)?;
+        if !matches!(config.weight.group, GroupShape::PerTensor) {
+            return Err(Unsupported::new("weights must have one scale per tensor"));
+        }
+        match config.activation {
+            Some(a) if matches!(a.group, GroupShape::PerTensor) => {}
+            _ => {
+                return Err(Unsupported::new(
+                    "activations must have one scale per tensor",
+                ))
+            }
+        }
+        if matches!(config.output_dtype, DType::F8E4m3) {
+            return Err(Unsupported::new("output dtype must be f32, f16 or bf16"));
+        }
+        Ok(())
+    }
+
+    fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
+        self.state = Some(State::load(self.name(), &self.config, weights, false)?);
+        Ok(())
+    }
+
+    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
+        let c = self.config;
+        let name = self.name();
+        let st = self
+            .state
+            .as_mut()
+            .ok_or(KernelError::WeightsNotProcessed { kernel: name })?;
+        st.run(
+            name,
+            &c,
+            (ScaleMode::Scalar, ScaleMode::Scalar),
+            input,
+            output,
+        )
+    }
+
+    fn name(&self) -> &'static str {
+        "CublasLtFp8PerTensor"
+    }
+}
+
+/// cuBLASLt FP8 GEMM with per-token (or per-tensor) activation scales and per-channel (or
+/// per-tensor) weight scales through the outer-vector scale mode, bf16 output (sm_90+).
+#[fp8_kernel(platform = Cuda, priority = 3, arch = sm90.., backend = cublaslt)]
+pub struct CublasLtFp8Rowwise {
+    config: LayerConfig,
+    state: Option<State>,
+}
+
+impl CublasLtFp8Rowwise {
+    /// Builds the kernel for a layer (nothing touches the GPU until `process_weights`).
+    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+        Ok(CublasLtFp8Rowwise {
+            config: *config,
+            state: None,
+        })
+    }
+}
+
+impl Fp8Kernel for CublasLtFp8Rowwise {
+    fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
+        scaled_basics(config)?;
+        if !matches!(
+            config.weight.group,
+            GroupShape::PerTensor | GroupShape::PerChannel
+        ) {
+            return Err(Unsupported::new(
+                "weights must have per-channel or per-tensor scales",
+            ));
+        }
+        match config.activation {
+            Some(a) if matches!(a.group, GroupShape::PerTensor) => {}
+            Some(a) if matches!(a.group, GroupShape::PerToken) && a.dynamic => {}
+            _ => {
+                return Err(Unsupported::new(
+                    "activations must have dynamic per-token or per-tensor scales",
+                ))
+            }
+        }
+        if !matches!(config.output_dtype, DType::Bf16) {
+            return Err(Unsupported::new(
+                "cuBLASLt outer-vector FP8 writes bf16 output only",
+            ));
+        }
+        Ok(())
+    }
+
+    fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
+        self.state = Some(State::load(self.name(), &self.config, weights, true)?);
+        Ok(())
+    }
+
+    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
+        let c = self.config;
+        let name = self.name();
+        let st = self
+            .state
+            .as_mut()
+            .ok_or(KernelError::WeightsNotProcessed { kernel: name })?;
+        st.run(
+            name,
+            &c,
+            (ScaleMode::OuterVec, ScaleMode::OuterVec),
+            input,
+            output,
+        )
+    }
+
+    fn name(&self) -> &'static str {
+        "CublasLtFp8Rowwise"
+    }
+}

@@ -1,0 +1,71 @@
+//! The CUDA C sources of the kernels, embedded in the binary and compiled by NVRTC at run
+//! time (header-free: no CUDA toolkit needed to build or run).
+
+use fp8_linear_cuda::ModuleSpec;
+
+/// Device helpers shared by every module (e4m3 encoding, bf16/f16 conversion).
+pub const COMMON: &str = include_str!("cu/common.cuh");
+/// Activation quantization kernels and the weight row-padding kernel.
+pub const QUANT_BODY: &str = include_str!("cu/quant.cu");
+/// The portable block-FP8 GEMM and its split-K epilogue.
+pub const BLOCK_GEMM_BODY: &str = include_str!("cu/block_gemm.cu");
+
+fn joined(body: &str) -> &'static str {
+    // Leaked once per module kind (a handful of strings per process).
+    Box::leak(format!("{COMMON}\n{body}").into_boxed_str())
+}
+
+/// The quantization module.
+pub fn quant_module() -> ModuleSpec {
+    use std::sync::OnceLock;
+    static SRC: OnceLock<&'static str> = OnceLock::new();
+    ModuleSpec::new("fp8_quant", SRC.get_or_init(|| joined(QUANT_BODY)))
+}
+
+/// The portable GEMM module for `mt` m16 tiles per warp (BM = 32 * mt) and `stages`
+/// pipeline stages.
+pub fn block_gemm_module(mt: u32, stages: u32) -> ModuleSpec {
+    use std::sync::OnceLock;
+    static SRC: OnceLock<&'static str> = OnceLock::new();
+    ModuleSpec::new(
+        "fp8_block_gemm",
+        SRC.get_or_init(|| joined(BLOCK_GEMM_BODY)),
+    )
+    .option(format!("-DMT={mt}"))
+    .option(format!("-DSTAGES={stages}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8_linear_cuda::nvrtc;
+
+    /// Compiles every module for sm_89 and sm_90 when NVRTC is installed (no GPU needed);
+    /// prints why it skipped otherwise.
+    #[test]
+    fn sources_compile_with_nvrtc() {
+        if let Err(e) = fp8_linear_cuda::probe::nvrtc() {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        let specs = [
+            quant_module(),
+            block_gemm_module(1, 4),
+            block_gemm_module(2, 4),
+            block_gemm_module(4, 4),
+            block_gemm_module(4, 3),
+        ];
+        for arch in ["sm_89", "sm_90", "sm_80"] {
+            for spec in &specs {
+                if arch == "sm_80" && spec.name != "fp8_quant" {
+                    continue; // FP8 mma needs sm_89
+                }
+                let mut opts = vec!["--std=c++17".to_string(), "-default-device".to_string()];
+                opts.extend(spec.options.iter().cloned());
+                let cubin = nvrtc::compile_cubin(spec.name, spec.source, arch, &opts, &[])
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert!(cubin.len() > 1000, "{} {arch}", spec.name);
+            }
+        }
+    }
+}
