@@ -23,7 +23,12 @@ mod linear;
 pub mod tables;
 
 pub use fp8_linear_core::*;
-pub use linear::Linear;
+pub use linear::{Linear, LinearError};
+
+/// The README's Rust examples, compiled as doctests so the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
 
 /// Selects a kernel from the built-in tables.
 pub fn select_builtin(
