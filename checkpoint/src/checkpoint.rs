@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use safetensors::Dtype;
 
 use crate::discover::discover;
-use crate::error::CheckpointError;
+use crate::error::{CheckpointError, TensorSite};
 use crate::index::{ShardIndex, INDEX_FILE};
 use crate::layer::{LayerTensors, QuantLayer};
 use crate::quant_config::QuantConfig;
@@ -258,12 +258,16 @@ fn tensor_table(
                     if old.info.dtype != info.dtype || old.info.shape != info.shape {
                         return Err(CheckpointError::ShardConflict {
                             tensor: name.clone(),
-                            first: shards[old.shard].path().to_path_buf(),
-                            first_shape: old.info.shape.clone(),
-                            first_dtype: old.info.dtype.to_string(),
-                            second: shard.path().to_path_buf(),
-                            second_shape: info.shape.clone(),
-                            second_dtype: info.dtype.to_string(),
+                            first: Box::new(TensorSite {
+                                file: shards[old.shard].path().to_path_buf(),
+                                dtype: old.info.dtype.to_string(),
+                                shape: old.info.shape.clone(),
+                            }),
+                            second: Box::new(TensorSite {
+                                file: shard.path().to_path_buf(),
+                                dtype: info.dtype.to_string(),
+                                shape: info.shape.clone(),
+                            }),
                         });
                     }
                     let designated = index.is_some_and(|(_, idx)| {

@@ -1,6 +1,30 @@
 //! Errors for bad checkpoints: each names the file, the tensor or the config field at fault.
 
+use std::fmt;
 use std::path::PathBuf;
+
+/// A tensor as one shard holds it (for [`CheckpointError::ShardConflict`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorSite {
+    /// The shard.
+    pub file: PathBuf,
+    /// The dtype there.
+    pub dtype: String,
+    /// The shape there.
+    pub shape: Vec<usize>,
+}
+
+impl fmt::Display for TensorSite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} has {} {:?}",
+            self.file.display(),
+            self.dtype,
+            self.shape
+        )
+    }
+}
 
 /// Why a checkpoint could not be read, or a synthetic one not written.
 #[derive(Debug, thiserror::Error)]
@@ -137,25 +161,14 @@ pub enum CheckpointError {
         expected: &'static str,
     },
     /// The same tensor appears in two shards with different shapes or dtypes.
-    #[error(
-        "tensor `{tensor}` disagrees between shards: {first} has {first_dtype} {first_shape:?}, \
-         {second} has {second_dtype} {second_shape:?}"
-    )]
+    #[error("tensor `{tensor}` disagrees between shards: {first} vs {second}")]
     ShardConflict {
         /// The tensor.
         tensor: String,
-        /// The first shard holding it.
-        first: PathBuf,
-        /// Its shape there.
-        first_shape: Vec<usize>,
-        /// Its dtype there.
-        first_dtype: String,
-        /// The second shard holding it.
-        second: PathBuf,
-        /// Its shape there.
-        second_shape: Vec<usize>,
-        /// Its dtype there.
-        second_dtype: String,
+        /// Where it was seen first.
+        first: Box<TensorSite>,
+        /// Where it was seen again, differently.
+        second: Box<TensorSite>,
     },
     /// The shard index names a tensor its shard does not hold.
     #[error("{index}: tensor `{tensor}` is mapped to {file}, which does not hold it")]

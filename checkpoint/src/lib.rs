@@ -44,7 +44,7 @@ pub mod shard;
 
 pub use checkpoint::{Checkpoint, TensorRef};
 pub use discover::{layer_config, natural_cmp};
-pub use error::CheckpointError;
+pub use error::{CheckpointError, TensorSite};
 pub use generate::{generate, GenOptions, GenSummary};
 pub use layer::{LayerTensors, QuantLayer};
 pub use presets::{ModelShape, Preset, UnknownPreset};
