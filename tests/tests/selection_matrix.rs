@@ -22,6 +22,17 @@ fn config(kind: &str, out: DType) -> LayerConfig {
 }
 
 const CPU: &str = "CpuFp8Gemm";
+const LT_BLOCK: &str = "CublasLtBlockFp8";
+const PORTABLE: &str = "PortableBlockFp8";
+const LT_TENSOR: &str = "CublasLtFp8PerTensor";
+const LT_ROW: &str = "CublasLtFp8Rowwise";
+
+/// sm_89 (Ada): FP8 tensor cores, no cuBLASLt outer-vector or block scales.
+const ADA: [&str; 8] = [PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, "-", "-", "-", "-"];
+/// sm_90 (Hopper): cuBLASLt block-scaled for bf16 output.
+const HOPPER: [&str; 8] = [LT_BLOCK, PORTABLE, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-"];
+/// sm_100+ : no cuBLASLt block kernel wired (it is declared sm_90 exactly).
+const NEWER: [&str; 8] = [PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-"];
 
 /// (profile, [block bf16, block f16, per-tensor-static bf16, f16, per-token bf16, f16,
 /// per-channel bf16, f16])
@@ -32,14 +43,14 @@ const EXPECTED: &[(&str, [&str; 8])] = &[
     ("a100", ["-"; 8]),
     ("a10", ["-"; 8]),
     ("rtx3090", ["-"; 8]),
-    ("l4", ["-"; 8]),
-    ("l40s", ["-"; 8]),
-    ("rtx4090", ["-"; 8]),
-    ("h100", ["-"; 8]),
-    ("h200", ["-"; 8]),
-    ("b200", ["-"; 8]),
-    ("rtx5090", ["-"; 8]),
-    ("sm89", ["-"; 8]),
+    ("l4", ADA),
+    ("l40s", ADA),
+    ("rtx4090", ADA),
+    ("h100", HOPPER),
+    ("h200", HOPPER),
+    ("b200", NEWER),
+    ("rtx5090", NEWER),
+    ("sm89", ADA),
 ];
 
 #[test]
