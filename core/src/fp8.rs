@@ -109,7 +109,7 @@ pub fn group_scale(xs: &[f32]) -> f32 {
 
 /// Rounds a scale up to a power of two (`2^ceil(log2 s)`), the "ue8m0" scale format.
 pub fn round_scale_ue8m0(s: f32) -> f32 {
-    if !(s > 0.0) || !s.is_finite() {
+    if s.is_nan() || s <= 0.0 || !s.is_finite() {
         return s;
     }
     2f32.powi(s.log2().ceil() as i32)
