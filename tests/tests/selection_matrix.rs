@@ -26,6 +26,11 @@ const LT_BLOCK: &str = "CublasLtBlockFp8";
 const PORTABLE: &str = "PortableBlockFp8";
 const LT_TENSOR: &str = "CublasLtFp8PerTensor";
 const LT_ROW: &str = "CublasLtFp8Rowwise";
+const MARLIN: &str = "MarlinFp8";
+
+/// sm_80..sm_86 (Ampere): Marlin W8A16 for every layer kind whose output dtype is the
+/// activation dtype (bf16 here); nothing for f16 output from bf16 activations.
+const AMPERE: [&str; 8] = [MARLIN, "-", MARLIN, "-", MARLIN, "-", MARLIN, "-"];
 
 /// sm_89 (Ada): FP8 tensor cores, no cuBLASLt outer-vector or block scales.
 const ADA: [&str; 8] = [PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, "-", "-", "-", "-"];
@@ -40,9 +45,9 @@ const EXPECTED: &[(&str, [&str; 8])] = &[
     ("cpu", [CPU; 8]),
     ("v100", ["-"; 8]),
     ("t4", ["-"; 8]),
-    ("a100", ["-"; 8]),
-    ("a10", ["-"; 8]),
-    ("rtx3090", ["-"; 8]),
+    ("a100", AMPERE),
+    ("a10", AMPERE),
+    ("rtx3090", AMPERE),
     ("l4", ADA),
     ("l40s", ADA),
     ("rtx4090", ADA),

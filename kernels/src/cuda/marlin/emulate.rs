@@ -33,6 +33,7 @@ fn mul2(a: u32, b: u32, bf16_out: bool) -> [f32; 2] {
     ]
 }
 
+#[allow(clippy::needless_range_loop)]
 /// Runs the kernel's arithmetic for activations `x` (`[m, k]` row-major f32, rounded to the
 /// weights' 16-bit dtype first, as the GPU receives them). Returns `[m, n]` before bias.
 pub fn emulate(w: &MarlinWeights, x: &[f32], m: usize) -> Vec<f64> {

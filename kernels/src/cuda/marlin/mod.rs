@@ -219,9 +219,7 @@ const KERNELS: [[&str; 3]; 2] = [
 
 impl Fp8Kernel for MarlinFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
-        if let Err(e) = check_config_basics(config) {
-            return Err(e);
-        }
+        check_config_basics(config)?;
         if !matches!(config.input_dtype, DType::F16 | DType::Bf16) {
             return Err(Unsupported::new(
                 "Marlin is weight-only (W8A16): activations must be f16 or bf16",
@@ -355,7 +353,7 @@ impl Fp8Kernel for MarlinFp8 {
             groups: st.groups as i32,
             splits: p.splits as i32,
             steps_per_split: p.steps_per_split as i32,
-            x_vec: i32::from(c.k % 8 == 0 && xin.ptr % 16 == 0),
+            x_vec: i32::from(c.k.is_multiple_of(8) && xin.ptr.is_multiple_of(16)),
             m_base: 0,
         };
         let f = &st.funcs[p.variant()];

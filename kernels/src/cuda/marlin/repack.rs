@@ -107,7 +107,7 @@ pub const fn k_group(group: GroupShape) -> Option<Option<usize>> {
     match group {
         GroupShape::PerTensor | GroupShape::PerToken | GroupShape::PerChannel => Some(None),
         GroupShape::Group { cols } | GroupShape::Block { cols, .. } => {
-            if cols as usize % STEP == 0 && cols > 0 {
+            if (cols as usize).is_multiple_of(STEP) && cols > 0 {
                 Some(Some(cols as usize))
             } else {
                 None
@@ -241,6 +241,7 @@ pub fn convert_scales(
     let mut group_scales = vec![0u16; stripes * groups * 64];
     let mut channel = vec![0f32; n_pad];
     let mut rel = vec![0f64; groups];
+    #[allow(clippy::needless_range_loop)]
     for r in 0..n {
         let c = (0..groups).map(|g| scale(r, g)).fold(0f32, f32::max);
         channel[r] = c;

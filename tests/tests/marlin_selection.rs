@@ -1,0 +1,238 @@
+//! The A100 case (CPU-only, always runs): a 128x128 block-FP8 layer with bf16 activations on
+//! an A100 or an RTX 3090 profile selects the Marlin W8A16 kernel, and `explain` says why
+//! every kernel before it was rejected; Hopper profiles pick the fast kernels; Marlin can be
+//! forced by name on an H200 (its `force_arch`), not on a Turing GPU. Also the typed
+//! constructor with the four layer parameter names, and Marlin's config checks.
+
+use fp8_linear::cuda::MarlinFp8;
+use fp8_linear::quant::{GroupShape, ScaleDtype};
+use fp8_linear::{
+    explain_builtin, select_builtin, ArchSpec, Capability, DType, Device, Family, Fp8Kernel,
+    KernelError, LayerConfig, Overrides, QuantKey, Registered, SelectError, Source, Tensor,
+    TensorMut, Verdict,
+};
+
+const MARLIN: &str = "MarlinFp8";
+
+fn block_layer() -> LayerConfig {
+    // Qwen3.5-27B-FP8-like shape after a tensor-parallel split: ragged N and K.
+    LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16)
+}
+
+#[test]
+fn a100_and_rtx3090_pick_marlin_and_explain_every_faster_rejection() {
+    for profile in ["a100", "rtx3090", "a10"] {
+        let device = Device::profile(profile).unwrap();
+        let cap = device.capability.unwrap();
+        let chosen = select_builtin(&device, &block_layer(), &Overrides::none()).unwrap();
+        assert_eq!(chosen.entry.name, MARLIN, "{profile}");
+        assert!(chosen.force_rejected.is_none());
+
+        let ex = explain_builtin(&device, &block_layer(), &Overrides::none()).unwrap();
+        assert_eq!(ex.table.family, Family::BlockScaled);
+        let chosen_at = ex.chosen.expect("a kernel is chosen");
+        assert_eq!(ex.candidates[chosen_at].entry.name, MARLIN);
+        assert!(chosen_at >= 1, "at least one faster kernel precedes Marlin");
+        for c in &ex.candidates[..chosen_at] {
+            // Every faster kernel needs FP8 tensor cores (sm_89+) or Hopper exactly.
+            match c.verdict {
+                Verdict::ArchMismatch { device: d, .. } => assert_eq!(d, Some(cap)),
+                ref v => panic!(
+                    "{profile}: {} should be rejected for its arch, got {v}",
+                    c.entry.name
+                ),
+            }
+            let line = c.verdict.to_string();
+            assert!(
+                line.contains("requires compute capability")
+                    && line.contains(&format!("sm_{}{}", cap.major, cap.minor)),
+                "{profile}: {} -> {line}",
+                c.entry.name
+            );
+        }
+        // The portable FP8 kernel (the upstream Triton kernel's role) is after Marlin and is
+        // honest about needing sm_89: it never claims an A100.
+        let portable = ex
+            .candidates
+            .iter()
+            .find(|c| c.entry.name == "PortableBlockFp8")
+            .expect("the portable kernel is in the block table");
+        assert!(
+            matches!(portable.verdict, Verdict::ArchMismatch { .. }),
+            "{}",
+            portable.verdict
+        );
+    }
+}
+
+#[test]
+fn marlin_sits_after_the_hopper_kernels_and_before_the_portable_one() {
+    let t = fp8_linear::tables::CUDA_BLOCK;
+    let names: Vec<&str> = t.entries.iter().map(|e| e.name).collect();
+    let m = names
+        .iter()
+        .position(|n| *n == MARLIN)
+        .expect("Marlin in the block table");
+    let p = names.iter().position(|n| *n == "PortableBlockFp8").unwrap();
+    let lt = names.iter().position(|n| *n == "CublasLtBlockFp8").unwrap();
+    assert!(lt < m && m < p, "{names:?}");
+    assert_eq!(t.entries[m].priority, 4);
+    let s = fp8_linear::tables::CUDA_SCALED;
+    assert_eq!(
+        s.entries[0].name, MARLIN,
+        "Marlin is first in the per-tensor/per-channel table"
+    );
+    assert_eq!(s.entries[0].priority, 1);
+    let w = fp8_linear::tables::CUDA_WEIGHT_ONLY;
+    assert_eq!(w.family, Family::WeightOnly);
+    assert!(w.entries.iter().any(|e| e.name == MARLIN));
+}
+
+#[test]
+fn hopper_and_ada_pick_the_fast_kernels() {
+    for (profile, want) in [
+        ("h100", "CublasLtBlockFp8"),
+        ("h200", "CublasLtBlockFp8"),
+        ("l40s", "PortableBlockFp8"),
+    ] {
+        let device = Device::profile(profile).unwrap();
+        // cuBLASLt's block-scaled GEMM needs N % 16 == 0: an aligned layer here; the ragged
+        // one goes to the portable FP8 kernel on Hopper, never to Marlin.
+        let aligned = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
+        let chosen = select_builtin(&device, &aligned, &Overrides::none()).unwrap();
+        assert_eq!(chosen.entry.name, want, "{profile}");
+        let ragged = select_builtin(&device, &block_layer(), &Overrides::none()).unwrap();
+        assert_eq!(ragged.entry.name, "PortableBlockFp8", "{profile}");
+        let ex = explain_builtin(&device, &aligned, &Overrides::none()).unwrap();
+        let marlin = ex
+            .candidates
+            .iter()
+            .find(|c| c.entry.name == MARLIN)
+            .unwrap();
+        // Marlin is not run on sm_89+ unless forced.
+        assert!(
+            matches!(marlin.verdict, Verdict::ArchMismatch { .. }),
+            "{profile}: {}",
+            marlin.verdict
+        );
+    }
+}
+
+#[test]
+fn forcing_marlin_by_name_works_on_h200_through_force_arch() {
+    let h200 = Device::profile("h200").unwrap();
+    for src in [Source::Api, Source::Env] {
+        let ov = Overrides {
+            force: Some(("marlinfp8".into(), src)),
+            ..Overrides::none()
+        };
+        let s = select_builtin(&h200, &block_layer(), &ov).unwrap();
+        assert_eq!(s.entry.name, MARLIN);
+        assert!(s.force_rejected.is_none());
+        let ex = explain_builtin(&h200, &block_layer(), &ov).unwrap();
+        assert_eq!(ex.candidates[ex.chosen.unwrap()].entry.name, MARLIN);
+    }
+    // The weight-only table too.
+    let wo = LayerConfig::weight_only(QuantKey::WEIGHT_BLOCK_128, 4096, 7168, DType::Bf16);
+    let s = select_builtin(&h200, &wo, &Overrides::none().force(MARLIN)).unwrap();
+    assert_eq!(s.entry.name, MARLIN);
+    assert_eq!(
+        MarlinFp8::ENTRY.force_arch,
+        Some(ArchSpec::AtLeast(Capability::new(8, 0)))
+    );
+}
+
+#[test]
+fn forcing_marlin_on_turing_is_refused_with_the_reason() {
+    let t4 = Device::profile("t4").unwrap();
+    let ov = Overrides::none().force(MARLIN);
+    match select_builtin(&t4, &block_layer(), &ov) {
+        Err(SelectError::NoKernel { reasons, .. }) => {
+            let (_, why) = reasons.iter().find(|(n, _)| *n == MARLIN).unwrap();
+            assert!(why.contains("requires compute capability"), "{why}");
+        }
+        other => panic!("expected no kernel on a T4, got {other:?}"),
+    }
+}
+
+#[test]
+fn weight_only_layers_on_ampere_use_marlin() {
+    for key in [
+        QuantKey::WEIGHT_BLOCK_128,
+        QuantKey::WEIGHT_PER_CHANNEL,
+        QuantKey::WEIGHT_PER_TENSOR,
+    ] {
+        for dt in [DType::Bf16, DType::F16] {
+            let c = LayerConfig::weight_only(key, 1000, 3000, dt);
+            let s =
+                select_builtin(&Device::profile("a100").unwrap(), &c, &Overrides::none()).unwrap();
+            assert_eq!(s.entry.name, MARLIN, "{key} {dt}");
+        }
+    }
+}
+
+#[test]
+fn typed_constructor_takes_the_four_parameter_names() {
+    let c = block_layer();
+    assert_eq!(
+        MarlinFp8::LAYER_PARAMS.names(),
+        &["weight", "weight_scale", "input_scale", "input_scale_ub"]
+    );
+    assert_eq!(MarlinFp8::ENTRY.params, MarlinFp8::LAYER_PARAMS.names());
+    let k = MarlinFp8::new(&c, MarlinFp8::LAYER_PARAMS).unwrap();
+    assert_eq!(k.params().names()[1], "weight_scale");
+    // The uniform constructor in the entry calls the same typed `new`.
+    let boxed = MarlinFp8::ENTRY.build(&c).unwrap();
+    assert_eq!(boxed.name(), MARLIN);
+    // Bad input before weights: typed errors, no GPU touched.
+    let mut k = MarlinFp8::new(&c, MarlinFp8::LAYER_PARAMS).unwrap();
+    let x = vec![half::bf16::ZERO; 3884];
+    let mut y = vec![half::bf16::ZERO; 7748];
+    let r = k.apply(
+        &Tensor::bf16(&x, [1, 3884]),
+        &mut TensorMut::bf16(&mut y, [1, 7748]),
+    );
+    assert!(
+        matches!(r, Err(KernelError::WeightsNotProcessed { kernel: MARLIN })),
+        "{r:?}"
+    );
+    assert!(k.compile_for(Capability::new(7, 5)).is_err());
+    assert!(k.compile_for(Capability::new(8, 0)).is_ok());
+}
+
+#[test]
+fn config_checks_give_reasons() {
+    let reason = |c: &LayerConfig| MarlinFp8::can_implement(c).unwrap_err().to_string();
+    let mut f32_in = block_layer();
+    f32_in.input_dtype = DType::F32;
+    f32_in.output_dtype = DType::F32;
+    assert!(reason(&f32_in).contains("f16 or bf16"));
+    let mut mixed = block_layer();
+    mixed.output_dtype = DType::F16;
+    assert!(reason(&mixed).contains("activation dtype"));
+    let mut odd = block_layer();
+    odd.weight = QuantKey {
+        group: GroupShape::Block {
+            rows: 128,
+            cols: 100,
+        },
+        scale_dtype: ScaleDtype::F32,
+        dynamic: false,
+    };
+    assert!(reason(&odd).contains("multiple of 32"));
+    let mut empty = block_layer();
+    empty.n = 0;
+    assert!(MarlinFp8::can_implement(&empty).is_err());
+    assert!(MarlinFp8::new(&f32_in, MarlinFp8::LAYER_PARAMS).is_err());
+    // Accepted: every granularity the kernel handles, odd sizes, bias, f16.
+    let mut ok = LayerConfig::weight_only(QuantKey::WEIGHT_PER_CHANNEL, 7, 5, DType::F16);
+    ok.bias = true;
+    assert!(MarlinFp8::can_implement(&ok).is_ok());
+    assert!(MarlinFp8::can_implement(&LayerConfig::per_tensor_static(
+        100,
+        100,
+        DType::Bf16,
+        DType::Bf16
+    ))
+    .is_ok());
+}
