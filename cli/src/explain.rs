@@ -45,6 +45,9 @@ pub fn render_text(device: &Device, config: &LayerConfig, ex: &Explanation) -> S
     }
     match (ex.chosen, &ex.error) {
         (Some(i), _) => s += &format!("\nchosen: {}\n", ex.candidates[i].entry.name),
+        (None, Some(fp8_linear::SelectError::NoKernel { .. })) => {
+            s += "\nno kernel: every candidate above was rejected\n"
+        }
         (None, Some(e)) => s += &format!("\nno kernel: {e}\n"),
         (None, None) => {}
     }

@@ -1,6 +1,8 @@
 //! `fp8-linear`: explain kernel selection, run layers, list tables.
 
 mod explain;
+#[cfg(feature = "cuda")]
+mod gpu;
 mod layer_args;
 mod run_layer;
 
@@ -52,19 +54,50 @@ enum Command {
     List,
 }
 
-/// The device to use when none is named: the first CUDA device, else the host CPU. Prints
-/// why the CPU is used.
-fn current_device(quiet: bool) -> Device {
-    let cpu = Device::host_cpu();
-    if !quiet {
-        eprintln!("note: no GPU support found in this build; using the CPU ({cpu})");
+/// Where layers run: the first CUDA device, else the host CPU.
+enum Target {
+    #[cfg(feature = "cuda")]
+    Gpu(std::sync::Arc<fp8_linear_cuda::Gpu>),
+    Cpu(Device),
+}
+
+impl Target {
+    fn device(&self) -> Device {
+        match self {
+            #[cfg(feature = "cuda")]
+            Target::Gpu(g) => gpu::device(g),
+            Target::Cpu(d) => d.clone(),
+        }
     }
-    cpu
+
+    fn executor(&self) -> Box<dyn run_layer::Executor> {
+        match self {
+            #[cfg(feature = "cuda")]
+            Target::Gpu(g) => Box::new(gpu::GpuExecutor::new(g.clone())),
+            Target::Cpu(_) => Box::new(run_layer::HostExecutor),
+        }
+    }
+}
+
+/// The first CUDA device, else the host CPU; says plainly (on stderr) why the CPU is used.
+fn current_target(quiet: bool) -> Target {
+    let cpu = Device::host_cpu();
+    #[cfg(feature = "cuda")]
+    let why = match gpu::detect() {
+        Ok(g) => return Target::Gpu(g),
+        Err(e) => e,
+    };
+    #[cfg(not(feature = "cuda"))]
+    let why = "this build has no CUDA support (feature `cuda` off)".to_string();
+    if !quiet {
+        eprintln!("note: no GPU found ({why}); using the CPU: {cpu}");
+    }
+    Target::Cpu(cpu)
 }
 
 fn resolve_device(name: &str, quiet: bool) -> Result<Device, String> {
     if name.eq_ignore_ascii_case("auto") {
-        Ok(current_device(quiet))
+        Ok(current_target(quiet).device())
     } else {
         Device::profile(name).map_err(|e| e.to_string())
     }
@@ -112,9 +145,16 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             if *m == 0 {
                 return Err("M must be at least 1".into());
             }
-            let device = current_device(cli.json);
+            let target = current_target(cli.json);
             let config = layer.config();
-            let report = run_layer::run_host(&device, &config, *m, *iters, &overrides.overrides())?;
+            let report = run_layer::run_random(
+                &target.device(),
+                &config,
+                *m,
+                *iters,
+                &overrides.overrides(),
+                target.executor().as_mut(),
+            )?;
             if cli.json {
                 println!("{:#}", report.json());
             } else {

@@ -146,13 +146,61 @@ fn deq_groups(q: &[u8], s: &[f32], m: usize, k: usize, g: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Runs a random layer of `m` rows on the CPU device with the selected kernel.
-pub fn run_host(
+/// Runs one forward call of a layer on `x` (`[m, k]` f32 values already representable in
+/// the input dtype) and writes the output as f32; returns the seconds the call took.
+pub trait Executor {
+    /// One timed forward call.
+    fn forward(
+        &mut self,
+        linear: &mut Linear,
+        config: &LayerConfig,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+    ) -> Result<f64, String>;
+}
+
+/// Runs layers on host memory (CPU kernels).
+pub struct HostExecutor;
+
+impl Executor for HostExecutor {
+    fn forward(
+        &mut self,
+        linear: &mut Linear,
+        config: &LayerConfig,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+    ) -> Result<f64, String> {
+        let k = config.k;
+        let xb: Vec<half::bf16>;
+        let xh: Vec<half::f16>;
+        let input = match config.input_dtype {
+            DType::Bf16 => {
+                xb = x.iter().map(|v| half::bf16::from_f32(*v)).collect();
+                Tensor::bf16(&xb, [m, k])
+            }
+            DType::F16 => {
+                xh = x.iter().map(|v| half::f16::from_f32(*v)).collect();
+                Tensor::f16(&xh, [m, k])
+            }
+            _ => Tensor::f32(x, [m, k]),
+        };
+        let t = Instant::now();
+        run_out(linear, &input, config, out).map_err(|e| e.to_string())?;
+        Ok(t.elapsed().as_secs_f64())
+    }
+}
+
+/// Runs a random layer of `m` rows on `device` with the selected kernel and `exec`, and
+/// checks sampled rows against the f64 reference.
+pub fn run_random(
     device: &Device,
     config: &LayerConfig,
     m: usize,
     iters: usize,
     overrides: &Overrides,
+    exec: &mut dyn Executor,
 ) -> Result<RunReport, String> {
     let (codes, scales) = random_weights(config);
     let [sr, sc] = config.weight_scale_shape();
@@ -170,26 +218,12 @@ pub fn run_host(
         .map(|_| rng.random_range(-1.0f32..1.0))
         .collect();
     let x = to_dtype_bits(&x, config.input_dtype);
-    let mut out = vec![0f32; m * config.n];
+    let mut out = vec![f32::NAN; m * config.n];
+    // One untimed call (module load, first-touch), then the timed ones.
+    exec.forward(&mut linear, config, &x, m, &mut out)?;
     let mut times = Vec::with_capacity(iters);
-    let forward = |linear: &mut Linear, out: &mut [f32]| -> Result<(), String> {
-        let r = match config.input_dtype {
-            DType::Bf16 => {
-                let xb: Vec<half::bf16> = x.iter().map(|v| half::bf16::from_f32(*v)).collect();
-                run_out(linear, &Tensor::bf16(&xb, [m, config.k]), config, out)
-            }
-            DType::F16 => {
-                let xh: Vec<half::f16> = x.iter().map(|v| half::f16::from_f32(*v)).collect();
-                run_out(linear, &Tensor::f16(&xh, [m, config.k]), config, out)
-            }
-            _ => run_out(linear, &Tensor::f32(&x, [m, config.k]), config, out),
-        };
-        r.map_err(|e| e.to_string())
-    };
     for _ in 0..iters.max(1) {
-        let t = Instant::now();
-        forward(&mut linear, &mut out)?;
-        times.push(t.elapsed().as_secs_f64());
+        times.push(exec.forward(&mut linear, config, &x, m, &mut out)?);
     }
     times.sort_by(f64::total_cmp);
     let rows: Vec<usize> = sample_rows(m);

@@ -1,0 +1,133 @@
+//! The GPU side of the CLI: finding the device and running layers on device memory.
+
+use std::sync::Arc;
+
+use fp8_linear::{DType, Device, LayerConfig, Linear};
+use fp8_linear_cuda::buffer::Element;
+use fp8_linear_cuda::{DeviceBuffer, EventTimer, Gpu};
+use half::{bf16, f16};
+
+use crate::run_layer::Executor;
+
+/// The first CUDA device, or why there is none.
+pub fn detect() -> Result<Arc<Gpu>, String> {
+    fp8_linear_cuda::gpu(0).map_err(|e| e.to_string())
+}
+
+/// The device a GPU executor runs on.
+pub fn device(gpu: &Gpu) -> Device {
+    gpu.device().clone()
+}
+
+/// Runs layers on device memory: uploads the input, times the call with CUDA events,
+/// downloads the output.
+pub struct GpuExecutor {
+    gpu: Arc<Gpu>,
+}
+
+impl GpuExecutor {
+    /// An executor on `gpu`.
+    pub fn new(gpu: Arc<Gpu>) -> Self {
+        GpuExecutor { gpu }
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// An element the CLI moves between host f32 and device buffers.
+trait Convert: Element {
+    fn from_f32(v: f32) -> Self;
+    fn into_f32(self) -> f32;
+}
+
+impl Convert for f32 {
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn into_f32(self) -> f32 {
+        self
+    }
+}
+
+impl Convert for bf16 {
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn into_f32(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+impl Convert for f16 {
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+    fn into_f32(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// Uploads `x` as `I`, runs one call into an output of `O`, downloads it; returns the
+/// event-timed milliseconds of the call.
+fn timed<I: Convert, O: Convert>(
+    gpu: &Arc<Gpu>,
+    linear: &mut Linear,
+    x: &[f32],
+    shape: (usize, usize, usize),
+    out: &mut [f32],
+) -> Result<f32, String> {
+    let (m, n, k) = shape;
+    let host: Vec<I> = x.iter().map(|v| I::from_f32(*v)).collect();
+    let input = DeviceBuffer::from_host(gpu, &host).map_err(err)?;
+    let mut o = DeviceBuffer::<O>::zeros(gpu, m * n).map_err(err)?;
+    let timer = EventTimer::new(gpu).map_err(err)?;
+    timer.start(gpu.stream()).map_err(err)?;
+    linear
+        .forward(&input.tensor([m, k]), &mut o.tensor_mut([m, n]))
+        .map_err(err)?;
+    let ms = timer.stop(gpu.stream()).map_err(err)?;
+    let back = o.to_host().map_err(err)?;
+    out.iter_mut()
+        .zip(back)
+        .for_each(|(d, v)| *d = v.into_f32());
+    Ok(ms)
+}
+
+fn timed_in<I: Convert>(
+    gpu: &Arc<Gpu>,
+    linear: &mut Linear,
+    out_dtype: DType,
+    x: &[f32],
+    shape: (usize, usize, usize),
+    out: &mut [f32],
+) -> Result<f32, String> {
+    match out_dtype {
+        DType::Bf16 => timed::<I, bf16>(gpu, linear, x, shape, out),
+        DType::F16 => timed::<I, f16>(gpu, linear, x, shape, out),
+        DType::F32 => timed::<I, f32>(gpu, linear, x, shape, out),
+        d => Err(format!("the CLI cannot produce {d} outputs")),
+    }
+}
+
+impl Executor for GpuExecutor {
+    fn forward(
+        &mut self,
+        linear: &mut Linear,
+        config: &LayerConfig,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+    ) -> Result<f64, String> {
+        let shape = (m, config.n, config.k);
+        let (g, o) = (&self.gpu, config.output_dtype);
+        let ms = match config.input_dtype {
+            DType::Bf16 => timed_in::<bf16>(g, linear, o, x, shape, out),
+            DType::F16 => timed_in::<f16>(g, linear, o, x, shape, out),
+            DType::F32 => timed_in::<f32>(g, linear, o, x, shape, out),
+            d => Err(format!("the CLI cannot feed {d} inputs")),
+        }?;
+        Ok(ms as f64 / 1e3)
+    }
+}
