@@ -2,3 +2,4 @@
 //! logic.
 
 pub mod layers;
+pub mod gpu;

@@ -1,0 +1,214 @@
+//! GPU test helpers: find the GPU or say why there is none (and fail instead when
+//! `FP8_REQUIRE_CUDA=1`), move tensors to and from the device, run a kernel on device
+//! tensors, and compute the f64 reference on a subset of rows for large layers.
+
+use std::sync::Arc;
+
+use fp8_linear::cpu::reference;
+use fp8_linear::cuda::runtime::buffer::Element;
+use fp8_linear::cuda::runtime::{self, DeviceBuffer, Gpu};
+use fp8_linear::{DType, Fp8Kernel, KernelEntry, KernelError, LayerConfig, LayerWeights, Tensor};
+use half::{bf16, f16};
+
+/// Whether the run demands a GPU (`FP8_REQUIRE_CUDA=1`).
+pub fn cuda_required() -> bool {
+    std::env::var("FP8_REQUIRE_CUDA").is_ok_and(|v| v.trim() == "1")
+}
+
+/// The GPU (device 0, with NVRTC available), or None after printing why the test skips.
+/// Panics instead of skipping when `FP8_REQUIRE_CUDA=1`.
+pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
+    let got = runtime::probe::nvrtc().and_then(|_| runtime::gpu(0));
+    match got {
+        Ok(g) => Some(g),
+        Err(e) => {
+            if cuda_required() {
+                panic!("{test}: FP8_REQUIRE_CUDA=1 but no usable CUDA device: {e}");
+            }
+            eprintln!("skipped {test}: no usable CUDA device: {e}");
+            None
+        }
+    }
+}
+
+/// Host values converted to a device element type.
+pub trait FromF32: Element {
+    /// The element nearest to `v` (RNE).
+    fn from_f32(v: f32) -> Self;
+    /// The element as f32.
+    fn to_f32(self) -> f32;
+}
+impl FromF32 for f32 {
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+impl FromF32 for bf16 {
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+}
+impl FromF32 for f16 {
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}
+
+/// A device copy of `x` in dtype `d`, plus the values as the device holds them (f32).
+pub fn upload_as(gpu: &Arc<Gpu>, x: &[f32], d: DType) -> (AnyBuffer, Vec<f32>) {
+    fn go<T: FromF32>(gpu: &Arc<Gpu>, x: &[f32]) -> (DeviceBuffer<T>, Vec<f32>) {
+        let v: Vec<T> = x.iter().map(|&f| T::from_f32(f)).collect();
+        let exact = v.iter().map(|e| e.to_f32()).collect();
+        (DeviceBuffer::from_host(gpu, &v).expect("upload"), exact)
+    }
+    match d {
+        DType::F32 => {
+            let (b, e) = go::<f32>(gpu, x);
+            (AnyBuffer::F32(b), e)
+        }
+        DType::F16 => {
+            let (b, e) = go::<f16>(gpu, x);
+            (AnyBuffer::F16(b), e)
+        }
+        DType::Bf16 => {
+            let (b, e) = go::<bf16>(gpu, x);
+            (AnyBuffer::Bf16(b), e)
+        }
+        DType::F8E4m3 => panic!("upload_as takes a float dtype"),
+    }
+}
+
+/// A device buffer of any float dtype.
+pub enum AnyBuffer {
+    /// f32 elements.
+    F32(DeviceBuffer<f32>),
+    /// f16 elements.
+    F16(DeviceBuffer<f16>),
+    /// bf16 elements.
+    Bf16(DeviceBuffer<bf16>),
+}
+
+impl AnyBuffer {
+    /// A zeroed buffer of `len` elements of `d`, poisoned with 0xff bytes (NaN in every
+    /// float dtype) so unwritten elements show.
+    pub fn poisoned(gpu: &Arc<Gpu>, len: usize, d: DType) -> Self {
+        let mut b = match d {
+            DType::F32 => AnyBuffer::F32(DeviceBuffer::zeros(gpu, len).unwrap()),
+            DType::F16 => AnyBuffer::F16(DeviceBuffer::zeros(gpu, len).unwrap()),
+            DType::Bf16 => AnyBuffer::Bf16(DeviceBuffer::zeros(gpu, len).unwrap()),
+            DType::F8E4m3 => panic!("float dtypes only"),
+        };
+        match &mut b {
+            AnyBuffer::F32(x) => x.fill_bytes(0xff).unwrap(),
+            AnyBuffer::F16(x) => x.fill_bytes(0xff).unwrap(),
+            AnyBuffer::Bf16(x) => x.fill_bytes(0xff).unwrap(),
+        }
+        b
+    }
+
+    /// A read-only tensor view `[rows, cols]`.
+    pub fn tensor(&self, shape: [usize; 2]) -> Tensor<'_> {
+        match self {
+            AnyBuffer::F32(x) => x.tensor(shape),
+            AnyBuffer::F16(x) => x.tensor(shape),
+            AnyBuffer::Bf16(x) => x.tensor(shape),
+        }
+    }
+
+    /// A writable tensor view `[rows, cols]`.
+    pub fn tensor_mut(&mut self, shape: [usize; 2]) -> fp8_linear::TensorMut<'_> {
+        match self {
+            AnyBuffer::F32(x) => x.tensor_mut(shape),
+            AnyBuffer::F16(x) => x.tensor_mut(shape),
+            AnyBuffer::Bf16(x) => x.tensor_mut(shape),
+        }
+    }
+
+    /// The contents as f32 (synchronizes).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            AnyBuffer::F32(x) => x.to_host().unwrap(),
+            AnyBuffer::F16(x) => x.to_host().unwrap().iter().map(|v| v.to_f32()).collect(),
+            AnyBuffer::Bf16(x) => x.to_host().unwrap().iter().map(|v| v.to_f32()).collect(),
+        }
+    }
+}
+
+/// Builds a kernel from its entry (config checked), processes the weights.
+pub fn build(
+    entry: &'static KernelEntry,
+    cfg: &LayerConfig,
+    w: &LayerWeights<'_>,
+) -> Result<Box<dyn Fp8Kernel>, KernelError> {
+    let mut k = entry.build(cfg)?;
+    k.process_weights(w)?;
+    Ok(k)
+}
+
+/// Runs a processed kernel on host activations `x` `[m, k]` uploaded as the config's input
+/// dtype; returns the output as f32 and the activations as the device held them.
+pub fn run(
+    gpu: &Arc<Gpu>,
+    kernel: &mut dyn Fp8Kernel,
+    cfg: &LayerConfig,
+    x: &[f32],
+    m: usize,
+) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
+    let (xin, exact) = upload_as(gpu, x, cfg.input_dtype);
+    let mut out = AnyBuffer::poisoned(gpu, m * cfg.n, cfg.output_dtype);
+    kernel.apply(&xin.tensor([m, cfg.k]), &mut out.tensor_mut([m, cfg.n]))?;
+    Ok((out.to_f32(), exact))
+}
+
+/// The rows of an `[m, cols]` row-major matrix picked by `rows`, concatenated.
+pub fn pick_rows<T: Copy>(v: &[T], cols: usize, rows: &[usize]) -> Vec<T> {
+    rows.iter()
+        .flat_map(|&r| v[r * cols..(r + 1) * cols].iter().copied())
+        .collect()
+}
+
+/// The rows to check for an M-row output: all of them for small work, else a spread of
+/// up to 12 (first, last, and evenly spaced), so the f64 reference stays fast.
+pub fn check_rows(m: usize, n: usize, k: usize) -> Vec<usize> {
+    if m * n * k <= 1 << 27 {
+        return (0..m).collect();
+    }
+    let mut r: Vec<usize> = (0..12).map(|i| i * (m - 1) / 11).collect();
+    r.dedup();
+    r
+}
+
+/// f64 block-scaled reference on the chosen rows: activations quantized per 1x128 group
+/// (`aq`, `as_` for all rows), weight `w` with block scales `ws`.
+#[allow(clippy::too_many_arguments)]
+pub fn block_reference_rows(
+    aq: &[u8],
+    as_: &[f32],
+    w: &[u8],
+    ws: &[f32],
+    n: usize,
+    k: usize,
+    rows: &[usize],
+) -> Vec<f64> {
+    let kb = k.div_ceil(128);
+    let a = pick_rows(aq, k, rows);
+    let s = pick_rows(as_, kb, rows);
+    reference::block_gemm_f64(&a, &s, w, ws, rows.len(), n, k, (128, 128))
+}
+
+/// Fails on any NaN (unwritten or poisoned output) and returns the relative Frobenius error.
+pub fn rel_err(got: &[f32], want: &[f64], what: &str) -> f64 {
+    if let Some(i) = got.iter().position(|v| v.is_nan()) {
+        panic!("{what}: NaN at output index {i} (unwritten or poisoned element)");
+    }
+    reference::rel_frobenius(got, want)
+}

@@ -1,0 +1,170 @@
+//! Bad input to the CUDA kernels gives typed errors, never a panic or an out-of-bounds
+//! access: host memory where device memory is needed, wrong shapes and dtypes, short
+//! buffers, bad scales, apply before process_weights. Config rejections are checked without
+//! a GPU; the rest skip without one unless FP8_REQUIRE_CUDA=1.
+
+use fp8_linear::cuda::runtime::DeviceBuffer;
+use fp8_linear::cuda::{
+    CublasLtBlockFp8, CublasLtFp8PerTensor, CublasLtFp8Rowwise, PortableBlockFp8,
+};
+use fp8_linear::{
+    DType, Data, DeviceMemory, Fp8Kernel, KernelError, LayerConfig, LayerWeights, QuantKey, Tensor,
+    TensorMut,
+};
+use fp8_linear_tests::gpu::{gpu_or_skip, AnyBuffer};
+use fp8_linear_tests::layers::random_block_weight;
+use half::bf16;
+
+#[test]
+fn configs_they_cannot_run_are_rejected_with_reasons() {
+    let ragged = LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16);
+    assert!(PortableBlockFp8::can_implement(&ragged).is_ok());
+    let e = CublasLtBlockFp8::can_implement(&ragged).unwrap_err();
+    assert!(e.to_string().contains("multiple of 16"), "{e}");
+    let f16_out = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::F16);
+    assert!(CublasLtBlockFp8::can_implement(&f16_out).is_err());
+    let static_act = LayerConfig {
+        activation: Some(QuantKey {
+            dynamic: false,
+            ..QuantKey::ACT_GROUP_128
+        }),
+        ..f16_out
+    };
+    let e = PortableBlockFp8::can_implement(&static_act).unwrap_err();
+    assert!(e.to_string().contains("dynamic"), "{e}");
+    let per_tensor = LayerConfig::per_tensor_static(4096, 7168, DType::Bf16, DType::Bf16);
+    assert!(PortableBlockFp8::can_implement(&per_tensor).is_err());
+    assert!(CublasLtFp8PerTensor::can_implement(&per_tensor).is_ok());
+    let per_token = LayerConfig::per_token_per_channel(4096, 7168, DType::Bf16, DType::Bf16);
+    assert!(CublasLtFp8PerTensor::can_implement(&per_token).is_err());
+    assert!(CublasLtFp8Rowwise::can_implement(&per_token).is_ok());
+    let w8a16 = LayerConfig::weight_only(QuantKey::WEIGHT_BLOCK_128, 4096, 7168, DType::Bf16);
+    assert!(PortableBlockFp8::can_implement(&w8a16).is_err());
+    let zero = LayerConfig::block_128(0, 7168, DType::Bf16, DType::Bf16);
+    assert!(PortableBlockFp8::can_implement(&zero).is_err());
+}
+
+#[test]
+fn bad_inputs_give_typed_errors() {
+    let Some(gpu) = gpu_or_skip("bad_inputs_give_typed_errors") else {
+        return;
+    };
+    let (m, n, k) = (4, 256, 300);
+    let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+    let (w, ws) = random_block_weight(n, k, 2);
+    let good = LayerWeights {
+        weight: Tensor::fp8(&w, [n, k]),
+        weight_scale: Tensor::f32(&ws, [2, 3]),
+        input_scale: None,
+        input_scale_ub: None,
+        bias: None,
+    };
+    let mut kernel = PortableBlockFp8::new(&cfg).unwrap();
+    let xb = AnyBuffer::poisoned(&gpu, m * k, DType::Bf16);
+    let mut out = AnyBuffer::poisoned(&gpu, m * n, DType::Bf16);
+
+    // apply before process_weights
+    let r = kernel.apply(&xb.tensor([m, k]), &mut out.tensor_mut([m, n]));
+    assert!(
+        matches!(r, Err(KernelError::WeightsNotProcessed { .. })),
+        "{r:?}"
+    );
+
+    // transposed weight scales (the layout trap)
+    let bad = LayerWeights {
+        weight_scale: Tensor::f32(&ws, [3, 2]),
+        ..good
+    };
+    let r = kernel.process_weights(&bad);
+    assert!(matches!(r, Err(KernelError::ScaleLayout { .. })), "{r:?}");
+    // NaN scale
+    let mut nan = ws.clone();
+    nan[4] = f32::NAN;
+    let r = kernel.process_weights(&LayerWeights {
+        weight_scale: Tensor::f32(&nan, [2, 3]),
+        ..good
+    });
+    assert!(
+        matches!(r, Err(KernelError::NotFinite { index: 4, .. })),
+        "{r:?}"
+    );
+    // weight of the wrong dtype
+    let wf: Vec<f32> = vec![0.5; n * k];
+    let r = kernel.process_weights(&LayerWeights {
+        weight: Tensor::f32(&wf, [n, k]),
+        ..good
+    });
+    assert!(matches!(r, Err(KernelError::DType { .. })), "{r:?}");
+    // a device weight buffer too short for [n, k]
+    let short = DeviceBuffer::<u8>::zeros(&gpu, n * k - 1).unwrap();
+    let r = kernel.process_weights(&LayerWeights {
+        weight: Tensor {
+            data: Data::Device(short.memory(), DType::F8E4m3),
+            shape: [n, k],
+            strides: [k, 1],
+        },
+        ..good
+    });
+    assert!(
+        matches!(r, Err(KernelError::BufferTooSmall { .. })),
+        "{r:?}"
+    );
+
+    kernel.process_weights(&good).unwrap();
+    // host input
+    let host_x = vec![bf16::from_f32(1.0); m * k];
+    let r = kernel.apply(&Tensor::bf16(&host_x, [m, k]), &mut out.tensor_mut([m, n]));
+    assert!(matches!(r, Err(KernelError::Device { .. })), "{r:?}");
+    // host output
+    let mut host_out = vec![bf16::ZERO; m * n];
+    let r = kernel.apply(
+        &xb.tensor([m, k]),
+        &mut TensorMut::bf16(&mut host_out, [m, n]),
+    );
+    assert!(matches!(r, Err(KernelError::Device { .. })), "{r:?}");
+    // wrong K
+    let r = kernel.apply(&xb.tensor([m * k / 100, 100]), &mut out.tensor_mut([m, n]));
+    assert!(matches!(r, Err(KernelError::Shape { .. })), "{r:?}");
+    // wrong output shape
+    let r = kernel.apply(&xb.tensor([m, k]), &mut out.tensor_mut([m, n - 1]));
+    assert!(matches!(r, Err(KernelError::Shape { .. })), "{r:?}");
+    // wrong input dtype (f32 view of the bf16 buffer's memory)
+    let mem = match xb.tensor([m, k]).data {
+        Data::Device(mem, _) => mem,
+        _ => unreachable!(),
+    };
+    let r = kernel.apply(
+        &Tensor::device(mem, DType::F32, [m / 2, k]),
+        &mut out.tensor_mut([m / 2, n]),
+    );
+    assert!(matches!(r, Err(KernelError::DType { .. })), "{r:?}");
+    // an input buffer shorter than its shape claims
+    let short_mem = DeviceMemory {
+        bytes: (m * k - 1) * 2,
+        ..mem
+    };
+    let r = kernel.apply(
+        &Tensor::device(short_mem, DType::Bf16, [m, k]),
+        &mut out.tensor_mut([m, n]),
+    );
+    assert!(
+        matches!(r, Err(KernelError::BufferTooSmall { .. })),
+        "{r:?}"
+    );
+    // memory claiming another device
+    let other = DeviceMemory { ordinal: 7, ..mem };
+    let r = kernel.apply(
+        &Tensor::device(other, DType::Bf16, [m, k]),
+        &mut out.tensor_mut([m, n]),
+    );
+    assert!(matches!(r, Err(KernelError::Device { .. })), "{r:?}");
+    // M = 0
+    let r = kernel.apply(&xb.tensor([0, k]), &mut out.tensor_mut([0, n]));
+    assert!(matches!(r, Err(KernelError::Shape { .. })), "{r:?}");
+    // and the kernel still works afterwards
+    kernel
+        .apply(&xb.tensor([m, k]), &mut out.tensor_mut([m, n]))
+        .unwrap();
+    gpu.synchronize().unwrap();
+    eprintln!("bad inputs: every case gave its typed error");
+}
