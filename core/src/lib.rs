@@ -23,6 +23,7 @@ pub mod quant;
 pub mod select;
 pub mod table;
 pub mod tensor;
+pub mod tuning;
 pub mod validate;
 
 pub use arch::{ArchSpec, Capability};
@@ -36,11 +37,12 @@ pub use kernel::{Fp8Kernel, LayerParams, Unsupported};
 pub use platform::Platform;
 pub use quant::{GroupShape, QuantKey, ScaleDtype};
 pub use select::{
-    explain, explain_in, select, select_in, Candidate, Explanation, Overrides, SelectError,
-    Selected, Source, Verdict,
+    explain, explain_in, select, select_in, select_tuned, Candidate, Explanation, Overrides,
+    SelectError, Selected, Source, Verdict,
 };
 pub use table::{find_table, Registry, Table};
 pub use tensor::{Data, DataMut, DeviceMemory, LayerWeights, Tensor, TensorMut};
+pub use tuning::{Tuning, TuningError};
 
 /// Paths used by the code the macros generate. Not a stable API.
 #[doc(hidden)]

@@ -9,6 +9,7 @@ use crate::device::Device;
 use crate::entry::KernelEntry;
 use crate::kernel::Unsupported;
 use crate::table::{find_table, Registry, Table};
+use crate::tuning::Tuning;
 
 /// Environment variable naming a kernel to force (first choice when it can run).
 pub const ENV_FORCE: &str = "FP8_LINEAR_FORCE";
@@ -324,6 +325,35 @@ pub fn select<'t>(
         }
     }
     Err(no_kernel(table, device, config, ov))
+}
+
+/// Like [`select`], but a measured winner for this device, layer and M bucket (see
+/// [`Tuning`]) comes first when it can run the layer; otherwise the static order. A forced
+/// kernel still wins over a measurement. `device_key` is
+/// [`tuning::device_key`](crate::tuning::device_key) of `device` (computed once by the
+/// caller, so this stays allocation-free).
+pub fn select_tuned<'t>(
+    table: &'t Table,
+    device: &Device,
+    device_key: &str,
+    config: &LayerConfig,
+    m: usize,
+    tuning: &Tuning,
+    ov: &Overrides,
+) -> Result<Selected<'t>, SelectError> {
+    if ov.force.is_none() {
+        if let Some(w) = tuning.winner(device_key, config, m) {
+            if let Some(e) = table.entries.iter().find(|e| e.name == w.kernel) {
+                if judge(e, device, config, ov).is_ok() {
+                    return Ok(Selected {
+                        entry: e,
+                        force_rejected: None,
+                    });
+                }
+            }
+        }
+    }
+    select(table, device, config, ov)
 }
 
 fn no_kernel(table: &Table, device: &Device, config: &LayerConfig, ov: &Overrides) -> SelectError {

@@ -16,6 +16,7 @@
 
 extern crate self as fp8_linear;
 
+pub mod autotune;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;

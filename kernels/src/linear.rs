@@ -1,8 +1,9 @@
 //! A ready-to-use linear layer: select, construct, process weights, apply.
 
+use fp8_linear_core::tuning::device_key;
 use fp8_linear_core::{
-    select_in, Device, Fp8Kernel, KernelEntry, KernelError, LayerConfig, LayerWeights, Overrides,
-    Registry, SelectError, Tensor, TensorMut,
+    find_table, select_in, select_tuned, Device, Fp8Kernel, KernelEntry, KernelError, LayerConfig,
+    LayerWeights, Overrides, Registry, SelectError, Tensor, TensorMut, Tuning,
 };
 
 /// Why a [`Linear`] could not be built.
@@ -44,6 +45,31 @@ impl Linear {
         overrides: &Overrides,
     ) -> Result<Self, LinearError> {
         let entry = select_in(registry, device, config, overrides)?.entry;
+        Self::with_entry(entry, config, weights)
+    }
+
+    /// Like [`Linear::new`], but a measured autotune winner for this device, layer and M
+    /// bucket goes first (see [`Tuning`]); without one, the static order.
+    pub fn new_tuned(
+        device: &Device,
+        config: &LayerConfig,
+        m: usize,
+        tuning: &Tuning,
+        weights: &LayerWeights<'_>,
+        overrides: &Overrides,
+    ) -> Result<Self, LinearError> {
+        let family = config.family();
+        let table =
+            find_table(crate::tables::BUILTIN, device.platform, family).ok_or_else(|| {
+                SelectError::NoTable {
+                    platform: device.platform.to_string(),
+                    family: family.to_string(),
+                    device: device.to_string(),
+                    config: config.to_string(),
+                }
+            })?;
+        let key = device_key(device);
+        let entry = select_tuned(table, device, &key, config, m, tuning, overrides)?.entry;
         Self::with_entry(entry, config, weights)
     }
 
