@@ -1,0 +1,292 @@
+//! Marlin FP8 W8A16 on the GPU against a bf16 cuBLASLt GEMM on the dequantized weights and
+//! the FP8 block-scaled kernels (cuBLASLt block-scaled, portable mma.sync), in one run, with
+//! the weight-bandwidth floor (N*K bytes over the measured device copy bandwidth) beside.
+//! CUDA-event timing of each launch with the L2 cache flushed before it (a 256 MiB memset),
+//! medians; a compact summary table at the end.
+//!
+//! `cargo bench -p fp8-linear --bench marlin` (on a GPU host: see scripts/gpu-bundle.sh).
+//! Prints "skipped: no CUDA device" and exits 0 without a GPU.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use fp8_linear::cuda::runtime::cudarc;
+use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
+use fp8_linear::cuda::{CublasLtBlockFp8, MarlinFp8, PortableBlockFp8};
+use fp8_linear::fp8::e4m3_to_f32;
+use fp8_linear::{DType, Fp8Kernel, KernelEntry, LayerConfig, LayerWeights, Registered, Tensor};
+use half::bf16;
+use rand::{Rng, RngCore};
+
+use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
+use cudarc::driver::CudaSlice;
+
+const MS: [usize; 7] = [1, 4, 16, 32, 64, 128, 256];
+const SHAPES: [(usize, usize); 4] = [(4096, 4096), (4096, 7168), (7168, 16384), (18432, 7168)];
+const FLUSH_BYTES: usize = 256 << 20;
+
+/// Per-launch device times in microseconds, by (shape, M, kernel).
+type Times = BTreeMap<((usize, usize), usize, &'static str), Vec<f64>>;
+static TIMES: Mutex<Times> = Mutex::new(BTreeMap::new());
+
+struct Flush {
+    buf: DeviceBuffer<u8>,
+}
+
+impl Flush {
+    fn run(&mut self) {
+        self.buf.fill_bytes(0x5a).expect("L2 flush");
+    }
+}
+
+/// Times `iters` launches, each after an L2 flush, with CUDA events around the launch alone.
+fn timed(
+    gpu: &Arc<Gpu>,
+    flush: &mut Flush,
+    key: ((usize, usize), usize, &'static str),
+    iters: u64,
+    mut launch: impl FnMut(),
+) -> Duration {
+    let timer = EventTimer::new(gpu).expect("events");
+    let mut total = 0f64;
+    let mut times = Vec::with_capacity(iters as usize);
+    for _ in 0..iters {
+        flush.run();
+        timer.start(gpu.stream()).unwrap();
+        launch();
+        let ms = timer.stop(gpu.stream()).unwrap() as f64;
+        total += ms;
+        times.push(ms * 1e3);
+    }
+    TIMES.lock().unwrap().entry(key).or_default().extend(times);
+    Duration::from_secs_f64(total / 1e3)
+}
+
+/// Device-to-device copy bandwidth (bytes read + written per second), median of 5.
+fn copy_bandwidth(gpu: &Arc<Gpu>) -> f64 {
+    let bytes = 1usize << 30;
+    let src = DeviceBuffer::<u8>::zeros(gpu, bytes).unwrap();
+    let dst = DeviceBuffer::<u8>::zeros(gpu, bytes).unwrap();
+    let timer = EventTimer::new(gpu).unwrap();
+    let mut v = Vec::new();
+    for _ in 0..6 {
+        timer.start(gpu.stream()).unwrap();
+        // SAFETY: both buffers hold `bytes` bytes on this GPU; ordered on its stream.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                dst.ptr(),
+                src.ptr(),
+                bytes,
+                gpu.stream().cu_stream(),
+            )
+        }
+        .unwrap();
+        v.push(timer.stop(gpu.stream()).unwrap() as f64 * 1e-3);
+    }
+    v.remove(0);
+    v.sort_by(f64::total_cmp);
+    2.0 * bytes as f64 / v[v.len() / 2]
+}
+
+fn random_codes(len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    rand::rng().fill_bytes(&mut v);
+    for b in &mut v {
+        if *b & 0x7f == 0x7f {
+            *b &= 0xfe; // no NaN codes
+        }
+    }
+    v
+}
+
+fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
+    let mut rng = rand::rng();
+    let mut flush = Flush {
+        buf: DeviceBuffer::zeros(gpu, FLUSH_BYTES).unwrap(),
+    };
+    let blas = CudaBlasLT::new(gpu.stream().clone()).expect("cuBLASLt");
+    let mut g = c.benchmark_group("marlin-w8a16");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(30))
+        .measurement_time(Duration::from_millis(150));
+    for (n, k) in SHAPES {
+        let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+        let codes = random_codes(n * k);
+        let (nb, kb) = (n.div_ceil(128), k.div_ceil(128));
+        let scales: Vec<f32> = (0..nb * kb)
+            .map(|_| 2f32.powi(rng.random_range(-4..=4)) * rng.random_range(0.5f32..1.0) / 448.0)
+            .collect();
+        let weights = LayerWeights {
+            weight: Tensor::fp8(&codes, [n, k]),
+            weight_scale: Tensor::f32(&scales, [nb, kb]),
+            input_scale: None,
+            input_scale_ub: None,
+            bias: None,
+        };
+        let mut marlin = MarlinFp8::new(&cfg, MarlinFp8::LAYER_PARAMS).unwrap();
+        marlin.process_weights(&weights).unwrap();
+        // The FP8 W8A8 kernels this GPU can run for this layer.
+        let mut fp8: Vec<(&'static str, Box<dyn Fp8Kernel>)> = Vec::new();
+        for e in [&CublasLtBlockFp8::ENTRY, &PortableBlockFp8::ENTRY] as [&'static KernelEntry; 2] {
+            if e.arch.matches(Some(gpu.capability())) && (e.can_implement)(&cfg).is_ok() {
+                let mut kern = e.build(&cfg).unwrap();
+                kern.process_weights(&weights).unwrap();
+                fp8.push((e.name, kern));
+            }
+        }
+        // bf16 weights for cuBLASLt: the same dequantized values.
+        let wdq: Vec<bf16> = codes
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                bf16::from_f32(e4m3_to_f32(b) * scales[(i / k / 128) * kb + (i % k) / 128])
+            })
+            .collect();
+        let w16: CudaSlice<bf16> = gpu.stream().clone_htod(&wdq).unwrap();
+        drop(wdq);
+        for m in MS {
+            g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+            let id = format!("M{m}xN{n}xK{k}");
+            let x: Vec<bf16> = (0..m * k)
+                .map(|_| bf16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let xd = DeviceBuffer::from_host(gpu, &x).unwrap();
+            let mut out = DeviceBuffer::<bf16>::zeros(gpu, m * n).unwrap();
+            let x16: CudaSlice<bf16> = gpu.stream().clone_htod(&x).unwrap();
+            let mut o16: CudaSlice<bf16> = gpu.stream().alloc_zeros(m * n).unwrap();
+            let key = |name| ((n, k), m, name);
+
+            g.bench_function(BenchmarkId::new("MarlinFp8", &id), |b| {
+                b.iter_custom(|iters| {
+                    timed(gpu, &mut flush, key("MarlinFp8"), iters, || {
+                        marlin
+                            .apply(&xd.tensor([m, k]), &mut out.tensor_mut([m, n]))
+                            .unwrap()
+                    })
+                })
+            });
+            g.bench_function(BenchmarkId::new("cublaslt-bf16", &id), |b| {
+                b.iter_custom(|iters| {
+                    timed(gpu, &mut flush, key("cublaslt-bf16"), iters, || {
+                        let cfg = MatmulConfig {
+                            transa: true,
+                            transb: false,
+                            transc: false,
+                            m: n as u64,
+                            n: m as u64,
+                            k: k as u64,
+                            alpha: 1.0,
+                            lda: k as i64,
+                            ldb: k as i64,
+                            beta: 0.0,
+                            ldc: n as i64,
+                            stride_a: None,
+                            stride_b: None,
+                            stride_c: None,
+                            stride_bias: None,
+                            batch_size: None,
+                        };
+                        // SAFETY: w16 is [n, k], x16 [m, k], o16 [m, n] (row-major), as the
+                        // column-major TN product D[n, m] = W^T' X reads and writes them.
+                        unsafe { blas.matmul(cfg, &w16, &x16, &mut o16, None, None) }.unwrap();
+                    })
+                })
+            });
+            for (name, kern) in fp8.iter_mut() {
+                let name: &'static str = name;
+                g.bench_function(BenchmarkId::new(name, &id), |b| {
+                    b.iter_custom(|iters| {
+                        timed(gpu, &mut flush, key(name), iters, || {
+                            kern.apply(&xd.tensor([m, k]), &mut out.tensor_mut([m, n]))
+                                .unwrap()
+                        })
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[s.len() / 2]
+}
+
+fn summary(bw: f64, gpu: &Gpu) {
+    let t = TIMES.lock().unwrap();
+    println!();
+    println!(
+        "Marlin FP8 W8A16 on {} (sm_{}{}), bf16 in/out, 128x128 block scales; copy bandwidth {:.2} TB/s; \
+         median device time per call, L2 flushed before each",
+        gpu.device().name,
+        gpu.capability().major,
+        gpu.capability().minor,
+        bw / 1e12
+    );
+    println!(
+        "{:>4} {:>12} | {:>8} {:>8} {:>7} | {:>9} {:>7} | {:>9} {:>9} | {:>8} {:>8}",
+        "M",
+        "N x K",
+        "floor us",
+        "marlin",
+        "%floor",
+        "bf16 Lt",
+        "x bf16",
+        "Lt block",
+        "portable",
+        "TF/s mrl",
+        "TF/s bf16"
+    );
+    for (n, k) in SHAPES {
+        let floor = (n * k) as f64 / bw * 1e6;
+        for m in MS {
+            let get = |name| t.get(&((n, k), m, name)).map(|v| median(v));
+            let mar = get("MarlinFp8");
+            let b16 = get("cublaslt-bf16");
+            let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+            let tf = |v: Option<f64>| {
+                v.map_or("-".to_string(), |v| {
+                    format!("{:.1}", 2.0 * (m * n * k) as f64 / v * 1e-6)
+                })
+            };
+            println!(
+                "{:>4} {:>12} | {:>8.1} {:>8} {:>7} | {:>9} {:>7} | {:>9} {:>9} | {:>8} {:>8}",
+                m,
+                format!("{n}x{k}"),
+                floor,
+                fmt(mar),
+                mar.map_or("-".into(), |v| format!("{:.0}%", floor / v * 100.0)),
+                fmt(b16),
+                match (mar, b16) {
+                    (Some(a), Some(b)) => format!("{:.2}x", b / a),
+                    _ => "-".into(),
+                },
+                fmt(get("CublasLtBlockFp8")),
+                fmt(get("PortableBlockFp8")),
+                tf(mar),
+                tf(b16),
+            );
+        }
+    }
+}
+
+fn main() {
+    let gpu = match fp8_linear::cuda::runtime::probe::nvrtc()
+        .and_then(|_| fp8_linear::cuda::runtime::gpu(0))
+    {
+        Ok(g) => g,
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let bw = copy_bandwidth(&gpu);
+    let mut c = Criterion::default().configure_from_args();
+    bench(&mut c, &gpu);
+    c.final_summary();
+    summary(bw, &gpu);
+}
