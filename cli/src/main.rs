@@ -1,9 +1,13 @@
 //! `fp8-linear`: explain kernel selection, run layers, list tables.
 
 mod explain;
+mod gen;
 #[cfg(feature = "cuda")]
 mod gpu;
 mod layer_args;
+mod layer_reference;
+mod model_run;
+mod plan;
 mod run_layer;
 
 use std::process::ExitCode;
@@ -37,8 +41,11 @@ enum Command {
         #[command(flatten)]
         overrides: OverrideArgs,
     },
-    /// Run a random FP8 layer on the current device and check it against the f64 reference.
+    /// Run a random FP8 layer (or, given DIR, every layer of a checkpoint) on the current
+    /// device and check it against the f64 reference.
     Run {
+        #[command(flatten)]
+        checkpoint: model_run::CheckpointRunArgs,
         /// Rows of the activations (tokens).
         #[arg(long, short = 'm', default_value_t = 16)]
         m: usize,
@@ -50,6 +57,11 @@ enum Command {
         #[command(flatten)]
         overrides: OverrideArgs,
     },
+    /// For every quantized layer of a checkpoint: its config and the kernel each device
+    /// would run, grouped by config, with totals.
+    Plan(plan::PlanArgs),
+    /// Write a small synthetic FP8 checkpoint (Hugging Face format) to a directory.
+    GenCheckpoint(gen::GenArgs),
     /// List the device profiles and the built-in kernel tables.
     List,
 }
@@ -137,6 +149,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             })
         }
         Command::Run {
+            checkpoint,
             m,
             iters,
             layer,
@@ -146,6 +159,28 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 return Err("M must be at least 1".into());
             }
             let target = current_target(cli.json);
+            if let Some(dir) = &checkpoint.dir {
+                let report = model_run::run(
+                    dir,
+                    &target.device(),
+                    target.executor().as_mut(),
+                    *m,
+                    *iters,
+                    checkpoint.check,
+                    &overrides.overrides(),
+                    cli.json,
+                )?;
+                if cli.json {
+                    println!("{:#}", report.json());
+                } else {
+                    print!("{}", report.text());
+                }
+                return Ok(if report.ok() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                });
+            }
             let config = layer.config();
             let report = run_layer::run_random(
                 &target.device(),
@@ -166,6 +201,8 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 ExitCode::from(1)
             })
         }
+        Command::Plan(args) => plan::run(args, cli.json),
+        Command::GenCheckpoint(args) => gen::run(args, cli.json),
         Command::List => {
             list(cli.json);
             Ok(ExitCode::SUCCESS)

@@ -1,0 +1,387 @@
+//! `run <dir>`: build every layer of a checkpoint on a device, process its weights, run it on
+//! random activations, check a sample of layers against the f64 reference, and report the
+//! time per kernel and the whole model's linear time per token.
+//!
+//! Layers are built, timed and dropped one at a time, so host memory stays bounded by the
+//! largest layer whatever the model size. Everything goes through `fp8_linear::Linear`, so a
+//! GPU device runs the same code once its kernels are registered.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::Instant;
+
+use clap::Args;
+use fp8_linear::{DType, Device, Linear, Overrides};
+use fp8_linear_checkpoint::{Checkpoint, QuantLayer};
+use half::{bf16, f16};
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::Rng;
+use serde_json::{json, Value};
+
+use crate::layer_reference::reference_rows;
+use crate::plan::bytes;
+use crate::run_layer::{sample_rows, Executor};
+
+/// Checkpoint options of `run`.
+#[derive(Args, Debug, Clone)]
+pub struct CheckpointRunArgs {
+    /// Checkpoint directory: run every quantized layer of it instead of one random layer.
+    pub dir: Option<std::path::PathBuf>,
+    /// Layers to check against the f64 reference (one of each distinct config first,
+    /// then spread over the model).
+    #[arg(long, default_value_t = 4)]
+    pub check: usize,
+}
+
+/// `x` rounded to the values a tensor of `dtype` holds, back in f32.
+fn round_to(dtype: DType, x: Vec<f32>) -> Vec<f32> {
+    match dtype {
+        DType::Bf16 => x.iter().map(|v| bf16::from_f32(*v).to_f32()).collect(),
+        DType::F16 => x.iter().map(|v| f16::from_f32(*v).to_f32()).collect(),
+        _ => x,
+    }
+}
+
+/// Tolerance on the relative Frobenius error against the f64 reference, by output dtype.
+fn tolerance(d: DType) -> f64 {
+    match d {
+        DType::F32 => 1e-4,
+        _ => 1e-2,
+    }
+}
+
+/// The outcome of one layer.
+struct LayerResult {
+    name: String,
+    n: usize,
+    k: usize,
+    kernel: Result<&'static str, String>,
+    /// Median seconds per call.
+    seconds: f64,
+    /// Seconds to construct the kernel and process the weights.
+    load_seconds: f64,
+    /// Relative error and its tolerance, for checked layers.
+    check: Option<(f64, f64)>,
+}
+
+impl LayerResult {
+    fn ok(&self) -> bool {
+        self.kernel.is_ok() && self.check.is_none_or(|(e, tol)| e < tol)
+    }
+}
+
+/// Which layers to check: the first layer of each distinct config, then layers spread
+/// evenly, up to `count`.
+fn check_set(layers: &[QuantLayer], count: usize) -> HashSet<usize> {
+    let mut set = HashSet::new();
+    let mut seen = HashSet::new();
+    for (i, l) in layers.iter().enumerate() {
+        if set.len() < count && seen.insert(l.config) {
+            set.insert(i);
+        }
+    }
+    let n = layers.len();
+    let want = count.min(n);
+    if want > 1 {
+        for j in 0..want {
+            if set.len() >= want {
+                break;
+            }
+            set.insert(j * (n - 1) / (want - 1));
+        }
+    }
+    let mut i = 0;
+    while set.len() < want {
+        set.insert(i);
+        i += 1;
+    }
+    set
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_layer(
+    ck: &Checkpoint,
+    l: &QuantLayer,
+    device: &Device,
+    exec: &mut dyn Executor,
+    m: usize,
+    iters: usize,
+    check: bool,
+    ov: &Overrides,
+) -> Result<LayerResult, String> {
+    let c = l.config;
+    let mut res = LayerResult {
+        name: l.name.clone(),
+        n: c.n,
+        k: c.k,
+        kernel: Err(String::new()),
+        seconds: 0.0,
+        load_seconds: 0.0,
+        check: None,
+    };
+    let tensors = ck.layer_tensors(l).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut linear = match Linear::new(device, &c, &tensors.view(), ov) {
+        Ok(lin) => lin,
+        Err(e) => {
+            res.kernel = Err(e.to_string());
+            return Ok(res);
+        }
+    };
+    res.load_seconds = t.elapsed().as_secs_f64();
+    res.kernel = Ok(linear.entry().name);
+    let mut rng = rand::rng();
+    let x: Vec<f32> = (0..m * c.k)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    let x = round_to(c.input_dtype, x);
+    let mut out = vec![f32::NAN; m * c.n];
+    // One untimed call (first touch, module load), then the timed ones.
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..=iters {
+        let secs = exec
+            .forward(&mut linear, &c, &x, m, &mut out)
+            .map_err(|e| format!("layer {}: {e}", l.name))?;
+        if i > 0 {
+            times.push(secs);
+        }
+    }
+    drop(linear);
+    times.sort_by(f64::total_cmp);
+    res.seconds = times[times.len() / 2];
+    if check {
+        let rows = sample_rows(m);
+        let want = reference_rows(&c, &tensors, &x, &rows)
+            .map_err(|e| format!("layer {}: {e}", l.name))?;
+        let got: Vec<f32> = rows
+            .iter()
+            .flat_map(|&i| out[i * c.n..(i + 1) * c.n].iter().copied())
+            .collect();
+        res.check = Some((
+            fp8_linear::cpu::reference::rel_frobenius(&got, &want),
+            tolerance(c.output_dtype),
+        ));
+    }
+    Ok(res)
+}
+
+/// The report of a checkpoint run.
+pub struct ModelReport {
+    dir: String,
+    device: String,
+    m: usize,
+    iters: usize,
+    layers: Vec<LayerResult>,
+    fp8_bytes: usize,
+    wall_seconds: f64,
+}
+
+impl ModelReport {
+    /// Whether every layer got a kernel and every checked layer is within tolerance.
+    pub fn ok(&self) -> bool {
+        self.layers.iter().all(LayerResult::ok)
+    }
+
+    /// Per kernel: (layers, summed median seconds, FLOPs per call).
+    fn per_kernel(&self) -> BTreeMap<&'static str, (usize, f64, f64)> {
+        let mut map: BTreeMap<&'static str, (usize, f64, f64)> = BTreeMap::new();
+        for r in &self.layers {
+            if let Ok(k) = r.kernel {
+                let e = map.entry(k).or_default();
+                e.0 += 1;
+                e.1 += r.seconds;
+                e.2 += 2.0 * (self.m * r.n * r.k) as f64;
+            }
+        }
+        map
+    }
+
+    fn model_seconds(&self) -> f64 {
+        self.layers.iter().map(|r| r.seconds).sum()
+    }
+
+    /// Human-readable report.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "checkpoint: {}\ndevice:     {}\ninput:      M = {} tokens of random activations; median of {} timed calls per layer\n\n",
+            self.dir, self.device, self.m, self.iters
+        );
+        let w = self.layers.iter().map(|r| r.name.len()).max().unwrap_or(5);
+        for r in &self.layers {
+            let shape = format!("N={} K={}", r.n, r.k);
+            match &r.kernel {
+                Ok(k) => {
+                    s += &format!(
+                        "  {:<w$}  {shape:<15}  {k:<14} {:>9.3} ms",
+                        r.name,
+                        r.seconds * 1e3
+                    );
+                    if let Some((e, tol)) = r.check {
+                        s += &format!(
+                            "   checked: rel err {e:.2e} (< {tol:.0e}) {}",
+                            if e < tol { "ok" } else { "FAILED" }
+                        );
+                    }
+                    s.push('\n');
+                }
+                Err(e) => {
+                    s += &format!("  {:<w$}  {shape:<15}  NO KERNEL:\n", r.name);
+                    for line in e.lines() {
+                        s += &format!("      {line}\n");
+                    }
+                }
+            }
+        }
+        s += "\nper kernel:\n";
+        for (k, (n, secs, flops)) in self.per_kernel() {
+            s += &format!(
+                "  {k:<14} {n:>4} layers  {:>9.3} ms per forward  {:>8.2} GFLOP/s\n",
+                secs * 1e3,
+                flops / secs / 1e9
+            );
+        }
+        let total = self.model_seconds();
+        let served = self.layers.iter().filter(|r| r.kernel.is_ok()).count();
+        s += &format!(
+            "\nmodel linear time: {:.3} ms per forward of M = {} -> {:.3} ms per token ({} of {} layers, {} FP8 weights)\n",
+            total * 1e3,
+            self.m,
+            total * 1e3 / self.m as f64,
+            served,
+            self.layers.len(),
+            bytes(self.fp8_bytes)
+        );
+        let load: f64 = self.layers.iter().map(|r| r.load_seconds).sum();
+        let checked: Vec<(f64, f64)> = self.layers.iter().filter_map(|r| r.check).collect();
+        let worst = checked.iter().map(|c| c.0).fold(0f64, f64::max);
+        s += &format!(
+            "weight processing: {:.2} s in all; wall time {:.2} s\nreference check: {} layers, worst relative error {:.2e} -> {}\n",
+            load,
+            self.wall_seconds,
+            checked.len(),
+            worst,
+            if self.ok() { "ok" } else { "FAILED" }
+        );
+        s
+    }
+
+    /// Machine-readable report.
+    pub fn json(&self) -> Value {
+        let total = self.model_seconds();
+        json!({
+            "checkpoint": self.dir,
+            "device": self.device,
+            "m": self.m,
+            "iters": self.iters,
+            "layers": self.layers.iter().map(|r| json!({
+                "name": r.name, "n": r.n, "k": r.k,
+                "kernel": r.kernel.as_ref().ok(),
+                "error": r.kernel.as_ref().err(),
+                "seconds": r.seconds,
+                "load_seconds": r.load_seconds,
+                "rel_error": r.check.map(|c| c.0),
+                "tolerance": r.check.map(|c| c.1),
+                "ok": r.ok(),
+            })).collect::<Vec<_>>(),
+            "kernels": self.per_kernel().into_iter().map(|(k, (n, secs, flops))| (k.to_string(), json!({
+                "layers": n, "seconds": secs, "gflops": flops / secs / 1e9,
+            }))).collect::<serde_json::Map<String, Value>>(),
+            "model_seconds_per_forward": total,
+            "model_seconds_per_token": total / self.m as f64,
+            "fp8_bytes": self.fp8_bytes,
+            "wall_seconds": self.wall_seconds,
+            "ok": self.ok(),
+        })
+    }
+}
+
+/// Runs every layer of the checkpoint at `dir` on `device` through `exec`.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    dir: &Path,
+    device: &Device,
+    exec: &mut dyn Executor,
+    m: usize,
+    iters: usize,
+    check: usize,
+    ov: &Overrides,
+    quiet: bool,
+) -> Result<ModelReport, String> {
+    let wall = Instant::now();
+    let ck = Checkpoint::open(dir).map_err(|e| e.to_string())?;
+    let layers = ck.layers();
+    let to_check = check_set(layers, check);
+    let bar = if quiet || !std::io::stderr().is_terminal() {
+        ProgressBar::hidden()
+    } else {
+        let b = ProgressBar::new(layers.len() as u64);
+        if let Ok(style) =
+            ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} layers {elapsed} {msg}")
+        {
+            b.set_style(style.progress_chars("=> "));
+        }
+        b
+    };
+    let mut results = Vec::with_capacity(layers.len());
+    for (i, l) in layers.iter().enumerate() {
+        bar.set_message(l.name.clone());
+        results.push(run_layer(
+            &ck,
+            l,
+            device,
+            exec,
+            m,
+            iters.max(1),
+            to_check.contains(&i),
+            ov,
+        )?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(ModelReport {
+        dir: dir.display().to_string(),
+        device: device.to_string(),
+        m,
+        iters: iters.max(1),
+        fp8_bytes: layers.iter().map(|l| l.weight_bytes()).sum(),
+        layers: results,
+        wall_seconds: wall.elapsed().as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8_linear_checkpoint::{generate, GenOptions, Preset};
+
+    #[test]
+    fn check_set_covers_configs_and_stays_bounded() {
+        let dir = std::env::temp_dir().join(format!("fp8-cli-check-{}", std::process::id()));
+        generate(&dir, &GenOptions::new(Preset::Tiny)).unwrap();
+        let ck = Checkpoint::open(&dir).unwrap();
+        for count in [0, 1, 4, 100] {
+            let s = check_set(ck.layers(), count);
+            assert_eq!(s.len(), count.min(ck.layers().len()));
+            assert!(s.iter().all(|&i| i < ck.layers().len()));
+        }
+        // Checking as many layers as there are distinct configs covers each once.
+        let distinct: HashSet<_> = ck.layers().iter().map(|l| l.config).collect();
+        let s = check_set(ck.layers(), distinct.len());
+        let configs: HashSet<_> = s.iter().map(|&i| ck.layers()[i].config).collect();
+        assert_eq!(configs.len(), distinct.len());
+
+        // A whole run on the CPU: every layer served, the checked ones within tolerance.
+        let mut exec = crate::run_layer::HostExecutor;
+        let cpu = Device::host_cpu();
+        let r = run(&dir, &cpu, &mut exec, 3, 1, 5, &Overrides::none(), true).unwrap();
+        assert!(r.ok(), "{}", r.text());
+        assert_eq!(r.layers.iter().filter(|l| l.check.is_some()).count(), 5);
+        assert!(r.text().contains("model linear time"));
+        assert_eq!(
+            r.json()["layers"].as_array().unwrap().len(),
+            ck.layers().len()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,261 @@
+//! `plan`: for every quantized layer of a checkpoint, the config it implies and the kernel
+//! each device would run, grouped by identical configs, with totals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use fp8_linear::{Device, LayerConfig, Overrides};
+use fp8_linear_checkpoint::Checkpoint;
+use serde_json::{json, Value};
+
+use crate::layer_args::OverrideArgs;
+
+/// Arguments of `plan`.
+#[derive(Args, Debug, Clone)]
+pub struct PlanArgs {
+    /// Checkpoint directory (config.json and *.safetensors).
+    pub dir: PathBuf,
+    /// Devices to plan for: profiles (a100, h100, h200, rtx3090, sm89, cpu...) or `auto`
+    /// for the detected device; comma separated or repeated.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    pub device: Vec<String>,
+    /// Exit with status 1 when some layer cannot be served on some device.
+    #[arg(long)]
+    pub strict: bool,
+    #[command(flatten)]
+    pub overrides: OverrideArgs,
+}
+
+/// Human-readable byte count (decimal units).
+pub fn bytes(b: usize) -> String {
+    let b = b as f64;
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} KB", b / 1e3)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// Layers sharing one config, and what each device would run for it.
+struct Group {
+    config: LayerConfig,
+    layers: Vec<String>,
+    weight_bytes: usize,
+    scale_bytes: usize,
+    /// Per device: the kernel, or the full reason no kernel fits.
+    choices: Vec<Result<&'static str, String>>,
+}
+
+struct Plan {
+    groups: Vec<Group>,
+    devices: Vec<(String, Device)>,
+}
+
+fn build(ck: &Checkpoint, devices: Vec<(String, Device)>, ov: &Overrides) -> Plan {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut by_config: HashMap<LayerConfig, usize> = HashMap::new();
+    for l in ck.layers() {
+        let i = *by_config.entry(l.config).or_insert_with(|| {
+            groups.push(Group {
+                config: l.config,
+                layers: Vec::new(),
+                weight_bytes: 0,
+                scale_bytes: 0,
+                choices: devices
+                    .iter()
+                    .map(|(_, d)| {
+                        fp8_linear::select_builtin(d, &l.config, ov)
+                            .map(|s| s.entry.name)
+                            .map_err(|e| e.to_string())
+                    })
+                    .collect(),
+            });
+            groups.len() - 1
+        });
+        let g = &mut groups[i];
+        g.layers.push(l.name.clone());
+        g.weight_bytes += l.weight_bytes();
+        g.scale_bytes += l.scale_bytes();
+    }
+    Plan { groups, devices }
+}
+
+/// Per device: kernel -> (layers, weight bytes), and the unserved (layers, bytes).
+type Totals = (BTreeMap<&'static str, (usize, usize)>, (usize, usize));
+
+impl Plan {
+    fn totals(&self, d: usize) -> Totals {
+        let mut per_kernel: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
+        let mut unserved = (0, 0);
+        for g in &self.groups {
+            let slot = match g.choices[d] {
+                Ok(k) => per_kernel.entry(k).or_default(),
+                Err(_) => &mut unserved,
+            };
+            slot.0 += g.layers.len();
+            slot.1 += g.weight_bytes;
+        }
+        (per_kernel, unserved)
+    }
+
+    fn all_served(&self) -> bool {
+        self.groups
+            .iter()
+            .all(|g| g.choices.iter().all(|c| c.is_ok()))
+    }
+}
+
+fn indent(text: &str, pad: &str) -> String {
+    text.lines()
+        .map(|l| format!("{pad}{l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn render_text(ck: &Checkpoint, plan: &Plan) -> String {
+    let layers = ck.layers();
+    let fp8: usize = layers.iter().map(|l| l.weight_bytes()).sum();
+    let scales: usize = layers.iter().map(|l| l.scale_bytes()).sum();
+    let other = ck.unquantized();
+    let other_bytes: usize = other.iter().map(|(_, t)| t.info.range.len()).sum();
+    let mut s = format!("checkpoint: {}\n", ck.dir().display());
+    s += &format!("  format:   {}\n", ck.quant().describe());
+    s += &format!(
+        "  contents: {} file(s), {} tensors: {} quantized linear layers ({} FP8 weights + {} scales), {} other tensors left alone ({})\n",
+        ck.shards().len(),
+        ck.tensors().len(),
+        layers.len(),
+        bytes(fp8),
+        bytes(scales),
+        other.len(),
+        bytes(other_bytes)
+    );
+    let w = plan.devices.iter().map(|(n, _)| n.len()).max().unwrap_or(4);
+    s += "devices:\n";
+    for (name, d) in &plan.devices {
+        s += &format!("  {name:<w$} = {d}\n");
+    }
+    s += &format!("\n{} distinct layer configs:\n", plan.groups.len());
+    for (i, g) in plan.groups.iter().enumerate() {
+        s += &format!(
+            "\n[{}] {} ({} family)\n",
+            i + 1,
+            g.config,
+            g.config.family()
+        );
+        let shown: Vec<&str> = g.layers.iter().take(4).map(String::as_str).collect();
+        let more = g.layers.len().saturating_sub(shown.len());
+        s += &format!(
+            "    {} layer(s), {} FP8 + {} scales: {}{}\n",
+            g.layers.len(),
+            bytes(g.weight_bytes),
+            bytes(g.scale_bytes),
+            shown.join(", "),
+            if more > 0 {
+                format!(", ... and {more} more")
+            } else {
+                String::new()
+            }
+        );
+        for ((name, _), c) in plan.devices.iter().zip(&g.choices) {
+            match c {
+                Ok(k) => s += &format!("    {name:<w$} -> {k}\n"),
+                Err(e) => {
+                    s += &format!("    {name:<w$} -> NO KERNEL:\n");
+                    s += &indent(e, &" ".repeat(w + 10));
+                    s.push('\n');
+                }
+            }
+        }
+    }
+    s += &format!(
+        "\ntotals ({} layers, {} FP8 weights):\n",
+        layers.len(),
+        bytes(fp8)
+    );
+    for (d, (name, _)) in plan.devices.iter().enumerate() {
+        let (per_kernel, unserved) = plan.totals(d);
+        let mut parts: Vec<String> = per_kernel
+            .iter()
+            .map(|(k, (n, b))| format!("{k}: {n} layers ({})", bytes(*b)))
+            .collect();
+        if unserved.0 > 0 {
+            parts.push(format!(
+                "CANNOT SERVE {} layers ({})",
+                unserved.0,
+                bytes(unserved.1)
+            ));
+        }
+        s += &format!("  {name:<w$}  {}\n", parts.join("; "));
+    }
+    s
+}
+
+fn render_json(ck: &Checkpoint, plan: &Plan) -> Value {
+    let q = ck.quant();
+    json!({
+        "checkpoint": {
+            "dir": ck.dir().display().to_string(),
+            "format": q.describe(),
+            "block": q.block,
+            "static_activations": q.static_activations,
+            "files": ck.shards().iter().map(|s| s.path().display().to_string()).collect::<Vec<_>>(),
+            "tensors": ck.tensors().len(),
+            "quantized_layers": ck.layers().len(),
+            "unquantized_tensors": ck.unquantized().iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            "fp8_bytes": ck.layers().iter().map(|l| l.weight_bytes()).sum::<usize>(),
+        },
+        "devices": plan.devices.iter().map(|(n, d)| json!({
+            "name": n, "device": d.to_string(),
+            "capability": d.capability.map(|c| c.to_string()),
+        })).collect::<Vec<_>>(),
+        "groups": plan.groups.iter().map(|g| json!({
+            "config": g.config.to_string(),
+            "family": g.config.family().name(),
+            "n": g.config.n, "k": g.config.k,
+            "layers": g.layers,
+            "weight_bytes": g.weight_bytes,
+            "scale_bytes": g.scale_bytes,
+            "kernels": plan.devices.iter().zip(&g.choices).map(|((n, _), c)| (n.clone(), match c {
+                Ok(k) => json!({"kernel": k, "error": null}),
+                Err(e) => json!({"kernel": null, "error": e}),
+            })).collect::<serde_json::Map<String, Value>>(),
+        })).collect::<Vec<_>>(),
+        "totals": plan.devices.iter().enumerate().map(|(d, (n, _))| {
+            let (per_kernel, unserved) = plan.totals(d);
+            (n.clone(), json!({
+                "kernels": per_kernel.iter().map(|(k, (l, b))| (k.to_string(), json!({"layers": l, "weight_bytes": b}))).collect::<serde_json::Map<String, Value>>(),
+                "unserved_layers": unserved.0,
+                "unserved_weight_bytes": unserved.1,
+            }))
+        }).collect::<serde_json::Map<String, Value>>(),
+        "all_served": plan.all_served(),
+    })
+}
+
+/// Runs `plan`.
+pub fn run(args: &PlanArgs, json: bool) -> Result<ExitCode, String> {
+    let devices = args
+        .device
+        .iter()
+        .map(|d| crate::resolve_device(d, json).map(|dev| (d.clone(), dev)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ck = Checkpoint::open(&args.dir).map_err(|e| e.to_string())?;
+    let plan = build(&ck, devices, &args.overrides.overrides());
+    if json {
+        println!("{:#}", render_json(&ck, &plan));
+    } else {
+        print!("{}", render_text(&ck, &plan));
+    }
+    Ok(if args.strict && !plan.all_served() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
