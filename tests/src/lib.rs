@@ -3,3 +3,35 @@
 
 pub mod layers;
 pub mod gpu;
+
+/// Implements [`fp8_linear::Fp8Kernel`] for a test-only type that accepts every layer and
+/// computes nothing: the UI tests use it so each file shows only the attribute and the
+/// constructor under test. Never put such a type in a real table.
+#[macro_export]
+macro_rules! inert_kernel_impl {
+    ($name:ident) => {
+        impl ::fp8_linear::Fp8Kernel for $name {
+            fn can_implement(
+                _: &::fp8_linear::LayerConfig,
+            ) -> ::core::result::Result<(), ::fp8_linear::Unsupported> {
+                Ok(())
+            }
+            fn process_weights(
+                &mut self,
+                _: &::fp8_linear::LayerWeights<'_>,
+            ) -> ::core::result::Result<(), ::fp8_linear::KernelError> {
+                Ok(())
+            }
+            fn apply(
+                &mut self,
+                _: &::fp8_linear::Tensor<'_>,
+                _: &mut ::fp8_linear::TensorMut<'_>,
+            ) -> ::core::result::Result<(), ::fp8_linear::KernelError> {
+                Ok(())
+            }
+            fn name(&self) -> &'static str {
+                stringify!($name)
+            }
+        }
+    };
+}

@@ -1,4 +1,5 @@
-use fp8_linear::{fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported};
+use fp8_linear::{fp8_kernel, KernelError, LayerConfig};
+
 #[fp8_kernel(platform = Cpu, priority = 1, priority = 2)]
 pub struct K;
 
@@ -8,19 +9,6 @@ impl K {
     }
 }
 
-impl Fp8Kernel for K {
-    fn can_implement(_: &LayerConfig) -> Result<(), Unsupported> {
-        Ok(())
-    }
-    fn process_weights(&mut self, _: &LayerWeights<'_>) -> Result<(), KernelError> {
-        Ok(())
-    }
-    fn apply(&mut self, _: &Tensor<'_>, _: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        Ok(())
-    }
-    fn name(&self) -> &'static str {
-        "K"
-    }
-}
+fp8_linear_tests::inert_kernel_impl!(K);
 
 fn main() {}

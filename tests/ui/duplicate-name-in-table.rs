@@ -1,5 +1,6 @@
 //! A kernel listed twice in one table.
-use fp8_linear::{fp8_kernel, fp8_table, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported};
+use fp8_linear::{fp8_kernel, fp8_table, KernelError, LayerConfig};
+
 #[fp8_kernel(platform = Cpu, priority = 1)]
 pub struct A;
 
@@ -9,20 +10,7 @@ impl A {
     }
 }
 
-impl Fp8Kernel for A {
-    fn can_implement(_: &LayerConfig) -> Result<(), Unsupported> {
-        Ok(())
-    }
-    fn process_weights(&mut self, _: &LayerWeights<'_>) -> Result<(), KernelError> {
-        Ok(())
-    }
-    fn apply(&mut self, _: &Tensor<'_>, _: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        Ok(())
-    }
-    fn name(&self) -> &'static str {
-        "A"
-    }
-}
+fp8_linear_tests::inert_kernel_impl!(A);
 
 fp8_table! {
     pub MY_TABLE: Cpu, BlockScaled = [A, A => 2];

@@ -1,5 +1,6 @@
 //! A Cuda kernel must say which compute capabilities its code runs on.
-use fp8_linear::{fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported};
+use fp8_linear::{fp8_kernel, KernelError, LayerConfig};
+
 #[fp8_kernel(platform = Cuda, priority = 5)]
 pub struct TritonLike;
 
@@ -9,19 +10,6 @@ impl TritonLike {
     }
 }
 
-impl Fp8Kernel for TritonLike {
-    fn can_implement(_: &LayerConfig) -> Result<(), Unsupported> {
-        Ok(())
-    }
-    fn process_weights(&mut self, _: &LayerWeights<'_>) -> Result<(), KernelError> {
-        Ok(())
-    }
-    fn apply(&mut self, _: &Tensor<'_>, _: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        Ok(())
-    }
-    fn name(&self) -> &'static str {
-        "TritonLike"
-    }
-}
+fp8_linear_tests::inert_kernel_impl!(TritonLike);
 
 fn main() {}

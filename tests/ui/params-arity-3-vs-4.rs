@@ -1,5 +1,6 @@
 //! Three names declared, constructor takes LayerParams<4>.
-use fp8_linear::{fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerParams, LayerWeights, Tensor, TensorMut, Unsupported};
+use fp8_linear::{fp8_kernel, KernelError, LayerConfig, LayerParams};
+
 #[fp8_kernel(platform = Cuda, priority = 4, arch = sm75..sm89,
              params = [weight, weight_scale, input_scale])]
 pub struct MarlinFp8;
@@ -10,19 +11,6 @@ impl MarlinFp8 {
     }
 }
 
-impl Fp8Kernel for MarlinFp8 {
-    fn can_implement(_: &LayerConfig) -> Result<(), Unsupported> {
-        Ok(())
-    }
-    fn process_weights(&mut self, _: &LayerWeights<'_>) -> Result<(), KernelError> {
-        Ok(())
-    }
-    fn apply(&mut self, _: &Tensor<'_>, _: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        Ok(())
-    }
-    fn name(&self) -> &'static str {
-        "MarlinFp8"
-    }
-}
+fp8_linear_tests::inert_kernel_impl!(MarlinFp8);
 
 fn main() {}
