@@ -1,5 +1,6 @@
 //! `fp8-linear`: explain kernel selection, run layers, list tables.
 
+mod autotune;
 mod explain;
 mod gen;
 #[cfg(feature = "cuda")]
@@ -62,8 +63,32 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Write a small synthetic FP8 checkpoint (Hugging Face format) to a directory.
     GenCheckpoint(gen::GenArgs),
+    /// Time every kernel that can run a layer on this device at a few M, and save the
+    /// winner per M bucket to the autotune file that selection consults (`run` uses it).
+    Autotune {
+        /// Rows to measure, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,16,128")]
+        ms: Vec<usize>,
+        /// Timed calls per kernel and M (the median counts).
+        #[arg(long, default_value_t = 5)]
+        iters: usize,
+        /// The autotune file (default: $FP8_LINEAR_TUNING, else the user's cache dir).
+        #[arg(long)]
+        file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        layer: LayerArgs,
+        #[command(flatten)]
+        overrides: OverrideArgs,
+    },
     /// List the device profiles and the built-in kernel tables.
     List,
+}
+
+/// The autotune file to use: the one named, else the default location.
+fn tuning_path(file: &Option<std::path::PathBuf>) -> Result<std::path::PathBuf, String> {
+    file.clone()
+        .or_else(fp8_linear::Tuning::default_path)
+        .ok_or_else(|| "no autotune file location: set FP8_LINEAR_TUNING or HOME".to_string())
 }
 
 /// Where layers run: the first CUDA device, else the host CPU.
@@ -182,12 +207,17 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 });
             }
             let config = layer.config();
+            let tuning = match tuning_path(&None) {
+                Ok(p) => fp8_linear::Tuning::load(&p).map_err(|e| e.to_string())?,
+                Err(_) => fp8_linear::Tuning::new(),
+            };
             let report = run_layer::run_random(
                 &target.device(),
                 &config,
                 *m,
                 *iters,
                 &overrides.overrides(),
+                &tuning,
                 target.executor().as_mut(),
             )?;
             if cli.json {
@@ -200,6 +230,35 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Autotune {
+            ms,
+            iters,
+            file,
+            layer,
+            overrides,
+        } => {
+            if ms.iter().any(|m| *m == 0) {
+                return Err("every M must be at least 1".into());
+            }
+            let target = current_target(cli.json);
+            let config = layer.config();
+            let path = tuning_path(file)?;
+            let measured = autotune::run(
+                &target.device(),
+                &config,
+                ms,
+                *iters,
+                &overrides.overrides(),
+                target.executor().as_mut(),
+                &path,
+            )?;
+            if cli.json {
+                println!("{:#}", autotune::json(&measured, &path));
+            } else {
+                print!("{}", autotune::text(&config, &measured, &path));
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Plan(args) => plan::run(args, cli.json),
         Command::GenCheckpoint(args) => gen::run(args, cli.json),

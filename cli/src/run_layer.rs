@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use fp8_linear::cpu::{quantize, reference};
 use fp8_linear::fp8::{e4m3_to_f32, f32_to_e4m3};
-use fp8_linear::{DType, Device, LayerConfig, LayerWeights, Linear, Overrides, Tensor, TensorMut};
+use fp8_linear::{
+    DType, Device, LayerConfig, LayerWeights, Linear, Overrides, Tensor, TensorMut, Tuning,
+};
 use rand::Rng;
 use serde_json::{json, Value};
 
@@ -200,6 +202,7 @@ pub fn run_random(
     m: usize,
     iters: usize,
     overrides: &Overrides,
+    tuning: &Tuning,
     exec: &mut dyn Executor,
 ) -> Result<RunReport, String> {
     let (codes, scales) = random_weights(config);
@@ -212,7 +215,8 @@ pub fn run_random(
         input_scale_ub: None,
         bias: None,
     };
-    let mut linear = Linear::new(device, config, &weights, overrides).map_err(|e| e.to_string())?;
+    let mut linear = Linear::new_tuned(device, config, m, tuning, &weights, overrides)
+        .map_err(|e| e.to_string())?;
     let mut rng = rand::rng();
     let x: Vec<f32> = (0..m * config.k)
         .map(|_| rng.random_range(-1.0f32..1.0))
