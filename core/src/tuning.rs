@@ -2,13 +2,9 @@
 //! family, N, K, M bucket) that [`select_tuned`](crate::select::select_tuned) consults before
 //! the static priority order.
 //!
-//! The file is plain text, one winner per line, tab-separated:
-//!
-//! ```text
-//! # fp8-linear autotune v1
-//! # device	family	n	k	m_bucket	kernel	seconds
-//! NVIDIA H200 sm_90	block-scaled	4096	7168	16	PortableBlockFp8	0.0000213
-//! ```
+//! The file is plain text, one winner per line, seven tab-separated fields: device key
+//! (`NVIDIA H200 sm_90`), family (`block-scaled`), N, K, M bucket (a power of two), kernel
+//! name, seconds per call. Lines starting with `#` are comments.
 
 use std::cmp::Ordering;
 use std::fmt::Write as _;
