@@ -238,7 +238,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             layer,
             overrides,
         } => {
-            if ms.iter().any(|m| *m == 0) {
+            if ms.contains(&0) {
                 return Err("every M must be at least 1".into());
             }
             let target = current_target(cli.json);
