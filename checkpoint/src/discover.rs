@@ -233,9 +233,13 @@ fn layer(
         }
     };
 
+    let mut config = layer_config(q, n, k, per_channel, bias.is_some());
+    if s.info.dtype == Dtype::F8_E8M0 {
+        config.weight.scale_dtype = ScaleDtype::Ue8m0;
+    }
     Ok(QuantLayer {
         name: module.to_string(),
-        config: layer_config(q, n, k, per_channel, bias.is_some()),
+        config,
         weight: wname.to_string(),
         weight_scale: sname,
         scale_shape,
@@ -277,8 +281,10 @@ pub fn layer_config(
             ..LayerConfig::per_tensor_static(n, k, dt, dt)
         },
     };
+    // scale_fmt = ue8m0 means dynamic activation scales are rounded up to powers of two.
+    // The weight scales are whatever the file stores (f32 holding powers of two, usually);
+    // the caller marks the weight key ue8m0 when they are stored as F8_E8M0.
     if q.scale_format == ScaleFormat::Ue8m0 {
-        c.weight.scale_dtype = ScaleDtype::Ue8m0;
         if let Some(a) = c.activation.as_mut().filter(|a| a.dynamic) {
             a.scale_dtype = ScaleDtype::Ue8m0;
         }

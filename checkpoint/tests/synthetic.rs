@@ -108,7 +108,8 @@ fn different_seeds_give_different_weights_and_ue8m0_scales_are_powers_of_two() {
     let (_d0, base) = open_generated(&GenOptions::new(Preset::Tiny), "seed0");
     assert_eq!(ck.quant().scale_format, ScaleFormat::Ue8m0);
     let l = &ck.layers()[0];
-    assert_eq!(l.config.weight.scale_dtype, ScaleDtype::Ue8m0);
+    // f32-stored power-of-two weight scales stay an f32 weight key; activations are ue8m0.
+    assert_eq!(l.config.weight.scale_dtype, ScaleDtype::F32);
     assert_eq!(l.config.activation.unwrap().scale_dtype, ScaleDtype::Ue8m0);
     let t = ck.layer_tensors(l).unwrap();
     assert!(t.scales.iter().all(|s| s.to_bits() & 0x007f_ffff == 0));
@@ -190,4 +191,28 @@ fn per_channel_bias_and_other_block_sizes() {
     );
     assert_eq!(c.activation.unwrap().group, GroupShape::Group { cols: 128 });
     check_layer_weights(&c, &ck.layer_tensors(&ck.layers()[0]).unwrap().view()).unwrap();
+}
+
+#[test]
+fn e8m0_stored_scales_make_a_ue8m0_weight_key() {
+    let config = r#"{"quantization_config":{"quant_method":"fp8","weight_block_size":[128,128],"scale_fmt":"ue8m0"}}"#;
+    let scale = T {
+        name: "m.w.weight_scale_inv".into(),
+        dtype: Dtype::F8_E8M0,
+        shape: vec![2, 1],
+        data: vec![127 - 9, 127 - 10],
+    };
+    let ck = Checkpoint::from_memory(
+        config.as_bytes(),
+        vec![(
+            "m.safetensors".into(),
+            st(&[fp8("m.w.weight", 200, 100), scale]),
+        )],
+        None,
+    )
+    .unwrap();
+    let l = &ck.layers()[0];
+    assert_eq!(l.config.weight.scale_dtype, ScaleDtype::Ue8m0);
+    let t = ck.layer_tensors(l).unwrap();
+    assert_eq!(t.scales, vec![2f32.powi(-9), 2f32.powi(-10)]);
 }

@@ -253,16 +253,37 @@ impl ModelReport {
             bytes(self.fp8_bytes)
         );
         let load: f64 = self.layers.iter().map(|r| r.load_seconds).sum();
-        let checked: Vec<(f64, f64)> = self.layers.iter().filter_map(|r| r.check).collect();
-        let worst = checked.iter().map(|c| c.0).fold(0f64, f64::max);
         s += &format!(
-            "weight processing: {:.2} s in all; wall time {:.2} s\nreference check: {} layers, worst relative error {:.2e} -> {}\n",
-            load,
-            self.wall_seconds,
-            checked.len(),
-            worst,
-            if self.ok() { "ok" } else { "FAILED" }
+            "weight processing: {load:.2} s in all; wall time {:.2} s\n",
+            self.wall_seconds
         );
+        let checked: Vec<(f64, f64)> = self.layers.iter().filter_map(|r| r.check).collect();
+        if checked.is_empty() {
+            s += "reference check: no layer checked\n";
+        } else {
+            let worst = checked.iter().map(|c| c.0).fold(0f64, f64::max);
+            let failed = checked
+                .iter()
+                .filter(|(e, tol)| e.is_nan() || e >= tol)
+                .count();
+            s += &format!(
+                "reference check: {} layers, worst relative error {worst:.2e} -> {}\n",
+                checked.len(),
+                if failed == 0 {
+                    "ok".to_string()
+                } else {
+                    format!("{failed} FAILED")
+                }
+            );
+        }
+        let unserved = self.layers.len() - served;
+        if unserved > 0 {
+            s += &format!(
+                "NOT SERVED: {unserved} of {} layers have no kernel on this device (reasons above)\n",
+                self.layers.len()
+            );
+        }
+        s += &format!("result: {}\n", if self.ok() { "ok" } else { "FAILED" });
         s
     }
 

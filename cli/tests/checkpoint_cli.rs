@@ -1,0 +1,144 @@
+//! The checkpoint commands end to end through the binary: gen-checkpoint, plan and run on a
+//! tiny synthetic checkpoint, and a broken checkpoint's error.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fp8-linear"))
+        .args(args)
+        .output()
+        .expect("run fp8-linear")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("fp8-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        Dir(p)
+    }
+    fn s(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn gen_plan_run_on_a_tiny_sharded_checkpoint() {
+    let dir = Dir::new("tiny");
+    let g = bin(&[
+        "--json",
+        "gen-checkpoint",
+        dir.s(),
+        "--preset",
+        "tiny",
+        "--shards",
+        "2",
+    ]);
+    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+    assert_eq!(json(&g)["quantized_layers"], 14);
+    assert!(Path::new(dir.s())
+        .join("model.safetensors.index.json")
+        .is_file());
+
+    let p = bin(&["--json", "plan", dir.s(), "--device", "cpu,h200"]);
+    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    let v = json(&p);
+    assert_eq!(v["checkpoint"]["quantized_layers"], 14);
+    let groups = v["groups"].as_array().unwrap();
+    assert_eq!(
+        groups.len(),
+        4,
+        "q/o, k/v, gate/up and down have distinct shapes"
+    );
+    let layers: usize = groups
+        .iter()
+        .map(|g| g["layers"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(layers, 14);
+    assert_eq!(v["totals"]["cpu"]["kernels"]["CpuFp8Gemm"]["layers"], 14);
+    for g in groups {
+        assert_eq!(g["kernels"]["cpu"]["kernel"], "CpuFp8Gemm");
+        let h200 = &g["kernels"]["h200"];
+        assert!(h200["kernel"].is_string() || h200["error"].as_str().unwrap().contains("Reasons"));
+    }
+
+    let r = bin(&[
+        "--json",
+        "run",
+        dir.s(),
+        "-m",
+        "3",
+        "--iters",
+        "1",
+        "--check",
+        "3",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stdout));
+    let v = json(&r);
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["layers"].as_array().unwrap().len(), 14);
+    let checked: Vec<f64> = v["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["rel_error"].as_f64())
+        .collect();
+    assert_eq!(checked.len(), 3);
+    assert!(checked.iter().all(|e| *e < 1e-2), "{checked:?}");
+    assert!(v["model_seconds_per_token"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn per_tensor_plan_text_and_a_broken_checkpoint() {
+    let dir = Dir::new("pt");
+    assert!(
+        bin(&["gen-checkpoint", dir.s(), "--per-tensor", "--layers", "1"])
+            .status
+            .success()
+    );
+    let p = bin(&["plan", dir.s(), "--device", "cpu"]);
+    let text = String::from_utf8_lossy(&p.stdout);
+    assert!(p.status.success(), "{text}");
+    assert!(
+        text.contains("per-tensor static") && text.contains("-> CpuFp8Gemm"),
+        "{text}"
+    );
+    assert!(text.contains("totals (7 layers"), "{text}");
+
+    // Remove one layer's scale from the index-less checkpoint by corrupting the header:
+    // rename the tensor so the weight has no scale beside it.
+    let f = Path::new(dir.s()).join("model.safetensors");
+    let mut bytes = std::fs::read(&f).unwrap();
+    let needle = b"model.layers.0.mlp.up_proj.weight_scale";
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
+    bytes[at + needle.len() - 5] = b'X'; // weight_scale -> weight_Xcale
+    std::fs::write(&f, bytes).unwrap();
+    let p = bin(&["plan", dir.s(), "--device", "cpu"]);
+    assert_eq!(p.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&p.stderr);
+    assert!(
+        err.contains("model.layers.0.mlp.up_proj.weight_scale"),
+        "{err}"
+    );
+}
