@@ -342,6 +342,7 @@ pub fn run(
         {
             b.set_style(style.progress_chars("=> "));
         }
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
         b
     };
     let mut results = Vec::with_capacity(layers.len());
