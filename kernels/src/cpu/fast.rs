@@ -1,6 +1,7 @@
-//! The fast CPU default: weights dequantized to f32 once at load, activations quantized per
-//! the layer's key and dequantized, then a multithreaded f32 GEMM (matrixmultiply's packed
-//! SGEMM kernels, split across threads with rayon).
+//! The fast CPU default: activations quantized per the layer's key and dequantized, then
+//! either the FP8 decode path (few rows: the weight streams as one byte per element, see
+//! `gemv`) or a multithreaded f32 GEMM on the weight dequantized once at load
+//! (matrixmultiply's packed SGEMM kernels, split across threads with rayon).
 
 use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
@@ -9,6 +10,7 @@ use fp8_linear_core::{
 use rayon::prelude::*;
 
 use super::checks::cpu_can_implement;
+use super::gemv;
 use super::host::{to_f32, write_output, ActScratch, HostWeights};
 
 /// Fast CPU kernel for every FP8 layer kind: the embedded default when there is no GPU.
@@ -22,6 +24,7 @@ pub struct CpuFp8Gemm {
     act: ActScratch,
     a: Vec<f32>,
     acc: Vec<f32>,
+    acc_t: Vec<f32>,
 }
 
 impl CpuFp8Gemm {
@@ -35,6 +38,7 @@ impl CpuFp8Gemm {
             act: ActScratch::default(),
             a: Vec::new(),
             acc: Vec::new(),
+            acc_t: Vec::new(),
         })
     }
 }
@@ -123,8 +127,13 @@ impl Fp8Kernel for CpuFp8Gemm {
         to_f32(name, "input", input, &mut self.act.x)?;
         self.act.quantize(&c, host, m);
         self.act.dequantized_into(&c, m, &mut self.a);
+        self.acc.clear();
         self.acc.resize(m * c.n, 0.0);
-        sgemm_abt(&self.a, &self.w, &mut self.acc, m, c.n, c.k);
+        if m <= gemv::MAX_ROWS {
+            gemv::fp8_gemv(&self.a, m, host, (c.n, c.k), &mut self.acc, &mut self.acc_t);
+        } else {
+            sgemm_abt(&self.a, &self.w, &mut self.acc, m, c.n, c.k);
+        }
         if let Some(b) = &self.bias {
             for row in self.acc.chunks_mut(c.n) {
                 row.iter_mut().zip(b).for_each(|(o, b)| *o += b);

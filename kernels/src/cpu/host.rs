@@ -151,6 +151,15 @@ impl HostWeights {
         }
     }
 
+    /// Columns of K that share one weight scale (the block or group width; K for per-tensor
+    /// and per-channel scales).
+    pub fn k_group(&self) -> usize {
+        match self.group {
+            GroupShape::Group { cols } | GroupShape::Block { cols, .. } => cols as usize,
+            _ => self.k,
+        }
+    }
+
     /// The weight dequantized to f32, `[n, k]` row-major.
     pub fn dequantized(&self) -> Vec<f32> {
         let k = self.k;

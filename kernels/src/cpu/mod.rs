@@ -3,6 +3,7 @@
 
 mod checks;
 mod fast;
+mod gemv;
 mod host;
 pub mod quantize;
 pub mod reference;
