@@ -67,6 +67,12 @@ pub struct LoadStats {
     pub millis: f64,
 }
 
+/// Whether `FP8_LINEAR_LOG_LOADS=1` asks for a line on stderr per module load from disk or
+/// NVRTC.
+fn log_loads() -> bool {
+    std::env::var("FP8_LINEAR_LOG_LOADS").is_ok_and(|v| v == "1")
+}
+
 const BASE_OPTIONS: [&str; 2] = ["--std=c++17", "-default-device"];
 
 impl Gpu {
@@ -90,9 +96,18 @@ impl Gpu {
         options.extend(spec.options.iter().cloned());
         let nvrtc_ver = nvrtc::version()?;
         let key = CacheKey::new(spec.name, spec.source, &arch, &options, nvrtc_ver);
-        let stats = |source| LoadStats {
-            source,
-            millis: t0.elapsed().as_secs_f64() * 1e3,
+        let stats = |source| {
+            let st = LoadStats {
+                source,
+                millis: t0.elapsed().as_secs_f64() * 1e3,
+            };
+            if source != LoadSource::Memory && log_loads() {
+                eprintln!(
+                    "fp8-linear: module {} for {arch}: {:?} in {:.2} ms",
+                    spec.name, st.source, st.millis
+                );
+            }
+            st
         };
         if let Some(m) = self
             .modules

@@ -4,7 +4,7 @@
 //! Scale layouts cuBLASLt expects (checked against the f64 reference with N != K and
 //! non-uniform scales in the GPU tests): activation scales `[M, ceil(K/128)]` with M the
 //! fast index (`s[kb * M + m]`); weight scales `[ceil(N/128), ceil(K/128)]` row-major with the
-//! row length rounded up to a multiple of 4. K is padded to a multiple of 16 (zeros).
+//! row length rounded up to a multiple of 4. K is padded with zeros to a multiple of 128.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +23,9 @@ use super::quant::{ActQuant, ScaleOrder};
 use super::weights::DeviceWeights;
 
 const NAME: &str = "CublasLtBlockFp8";
+
+/// The order of the activation scales cuBLASLt's VEC128 mode reads (M fastest).
+pub const ACT_SCALE_ORDER: ScaleOrder = ScaleOrder::ColMajor;
 
 /// Most M values whose cuBLASLt plans are kept per layer.
 const MAX_PLANS: usize = 64;
@@ -88,7 +91,8 @@ impl Fp8Kernel for CublasLtBlockFp8 {
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
         let c = self.config;
-        let w = DeviceWeights::load(NAME, &c, weights)?;
+        // K padded to whole 128-blocks: the block-scaled GEMM then never sees a partial group.
+        let w = DeviceWeights::load_padded(NAME, &c, weights, 128)?;
         let gpu = w.gpu.clone();
         let lt = gpu.cublaslt().map_err(be(NAME))?;
         let (nb, kb) = (c.n.div_ceil(128), c.k.div_ceil(128));

@@ -64,15 +64,27 @@ pub fn small_to_host(
 }
 
 impl DeviceWeights {
-    /// Validates the weights against the config and puts them on the GPU.
+    /// Validates the weights against the config and puts them on the GPU with rows padded
+    /// to a multiple of 16 bytes.
     pub fn load(
         kernel: &'static str,
         config: &LayerConfig,
         w: &LayerWeights<'_>,
     ) -> Result<Self, KernelError> {
+        Self::load_padded(kernel, config, w, 16)
+    }
+
+    /// Like [`DeviceWeights::load`], with rows padded to a multiple of `pad` bytes (a
+    /// multiple of 16).
+    pub fn load_padded(
+        kernel: &'static str,
+        config: &LayerConfig,
+        w: &LayerWeights<'_>,
+        pad: usize,
+    ) -> Result<Self, KernelError> {
         check_layer_weights(config, w)?;
         let (n, k) = (config.n, config.k);
-        let ldk = padded_k(k);
+        let ldk = padded_k(k).div_ceil(pad) * pad;
         let ordinal = match w.weight.data {
             Data::Device(m, _) => m.ordinal,
             _ => default_ordinal(),

@@ -1,0 +1,356 @@
+//! GPU benchmarks with CUDA-event timing (L2 flushed before every timed launch): every CUDA
+//! kernel of the block-scaled and scaled tables that can run on this GPU (forcible kernels
+//! included) on M in {1, 16, 64, 128, 512, 4096} x (N, K) of DeepSeek-V3-style layers, in
+//! TFLOP/s and as a ratio to cuBLASLt block-scaled in the same run; activation quantization
+//! (1x128 groups) in GB/s against a device-to-device copy. Prints "skipped: no CUDA device"
+//! and exits 0 without a GPU. A compact summary table is printed last.
+//!
+//! `cargo bench -p fp8-linear --bench gpu` (`FP8_BENCH_QUICK=1` for a 3-shape subset)
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu};
+use fp8_linear::cuda::{ActQuant, ScaleOrder};
+use fp8_linear::tables::{CUDA_BLOCK, CUDA_SCALED};
+use fp8_linear::{DType, Fp8Kernel, KernelEntry, LayerConfig, LayerWeights, Tensor};
+use half::bf16;
+use rand::{Rng, RngCore};
+
+const MS: [usize; 6] = [1, 16, 64, 128, 512, 4096];
+const SHAPES: [(usize, usize); 6] = [
+    (4096, 7168),
+    (7168, 2048),
+    (2112, 7168),
+    (24576, 1536),
+    (7168, 16384),
+    (18432, 7168),
+];
+const FLUSH_BYTES: usize = 64 << 20;
+
+/// Per (kernel, shape, M): median microseconds.
+type Results = BTreeMap<(String, usize, usize, usize), f64>;
+
+struct Bench {
+    gpu: Arc<Gpu>,
+    timer: EventTimer,
+    flush: DeviceBuffer<u8>,
+}
+
+impl Bench {
+    /// Times `f` once per iteration with events, flushing L2 before each; returns the total
+    /// and pushes each sample (ms) into `samples`.
+    fn time(&mut self, iters: u64, samples: &RefCell<Vec<f64>>, mut f: impl FnMut()) -> Duration {
+        let stream = self.gpu.stream().clone();
+        let mut total = 0f64;
+        for _ in 0..iters {
+            self.flush.fill_bytes(0).expect("flush");
+            self.timer.start(&stream).expect("event");
+            f();
+            let ms = self.timer.stop(&stream).expect("event") as f64;
+            samples.borrow_mut().push(ms);
+            total += ms;
+        }
+        Duration::from_secs_f64(total / 1e3)
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+/// Random FP8 codes (NaN patterns replaced), fast enough for 132 MB weights.
+fn random_codes(len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    rand::rng().fill_bytes(&mut v);
+    for b in &mut v {
+        if *b & 0x7f == 0x7f {
+            *b &= 0xfe;
+        }
+    }
+    v
+}
+
+fn random_scales(len: usize) -> Vec<f32> {
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| rng.random_range(0.5f32..2.0) / 448.0)
+        .collect()
+}
+
+/// The kernels to time for a shape: (label, entry, config), cuBLASLt block first.
+fn candidates(gpu: &Gpu, n: usize, k: usize) -> Vec<(&'static KernelEntry, LayerConfig)> {
+    let cap = Some(gpu.capability());
+    let runs =
+        |e: &KernelEntry| e.arch.matches(cap) || e.force_arch.is_some_and(|a| a.matches(cap));
+    let mut out: Vec<(&'static KernelEntry, LayerConfig)> = Vec::new();
+    let block = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+    for e in CUDA_BLOCK.entries {
+        if runs(e) && (e.can_implement)(&block).is_ok() {
+            out.push((e, block));
+        }
+    }
+    let scaled = [
+        LayerConfig::per_tensor_static(n, k, DType::Bf16, DType::Bf16),
+        LayerConfig::per_token_per_channel(n, k, DType::Bf16, DType::Bf16),
+    ];
+    for e in CUDA_SCALED.entries {
+        if !runs(e) || out.iter().any(|(o, _)| o.name == e.name) {
+            continue;
+        }
+        if let Some(cfg) = scaled.iter().find(|c| (e.can_implement)(c).is_ok()) {
+            out.push((e, *cfg));
+        }
+    }
+    out
+}
+
+fn weights_for<'a>(
+    cfg: &LayerConfig,
+    codes: &'a [u8],
+    scales: &'a [f32],
+    one: &'a [f32],
+) -> LayerWeights<'a> {
+    let shape = cfg.weight_scale_shape();
+    let count = shape[0] * shape[1];
+    let act_static = cfg.activation.is_some_and(|a| !a.dynamic);
+    LayerWeights {
+        weight: Tensor::fp8(codes, [cfg.n, cfg.k]),
+        weight_scale: Tensor::f32(&scales[..count], shape),
+        input_scale: act_static.then(|| Tensor::f32(one, [1, 1])),
+        input_scale_ub: None,
+        bias: None,
+    }
+}
+
+fn bench_gemms(
+    c: &mut Criterion,
+    bench: &mut Bench,
+    shapes: &[(usize, usize)],
+    results: &mut Results,
+) {
+    let gpu = bench.gpu.clone();
+    let max_m = *MS.iter().max().unwrap();
+    let mut rng = rand::rng();
+    for &(n, k) in shapes {
+        let codes = random_codes(n * k);
+        let scales = random_scales(n.max(n.div_ceil(128) * k.div_ceil(128)));
+        let one = [0.01f32];
+        let xh: Vec<bf16> = (0..max_m * k)
+            .map(|_| bf16::from_f32(rng.random_range(-1.0..1.0)))
+            .collect();
+        let x = DeviceBuffer::from_host(&gpu, &xh).expect("upload x");
+        let mut out = DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out");
+        let mut g = c.benchmark_group(format!("gemm-N{n}-K{k}"));
+        g.sample_size(10)
+            .warm_up_time(Duration::from_millis(20))
+            .measurement_time(Duration::from_millis(100));
+        for (entry, cfg) in candidates(&gpu, n, k) {
+            let mut kernel: Box<dyn Fp8Kernel> = match entry.build(&cfg).and_then(|mut kr| {
+                kr.process_weights(&weights_for(&cfg, &codes, &scales, &one))?;
+                Ok(kr)
+            }) {
+                Ok(kr) => kr,
+                Err(e) => {
+                    println!("{} N={n} K={k}: not run: {e}", entry.name);
+                    continue;
+                }
+            };
+            for m in MS {
+                let flops = 2 * m * n * k;
+                g.throughput(Throughput::Elements(flops as u64));
+                let xt = x.tensor([m, k]);
+                let samples = RefCell::new(Vec::new());
+                let mut failed = None;
+                g.bench_function(BenchmarkId::new(entry.name, format!("M{m}")), |b| {
+                    b.iter_custom(|iters| {
+                        bench.time(iters, &samples, || {
+                            if let Err(e) = kernel.apply(&xt, &mut out.tensor_mut([m, n])) {
+                                failed = Some(e);
+                            }
+                        })
+                    })
+                });
+                if let Some(e) = failed {
+                    println!("{} M={m} N={n} K={k}: failed: {e}", entry.name);
+                    continue;
+                }
+                let med = median(&mut samples.borrow_mut());
+                results.insert((entry.name.to_string(), n, k, m), med * 1e3);
+            }
+        }
+        g.finish();
+    }
+}
+
+/// Activation quantization (bf16 -> e4m3, 1x128 groups) in GB/s, and a device copy of the
+/// same bytes (read + write) for the ceiling. Returns (M, K, quant us, quant GB/s, copy GB/s).
+fn bench_quant(c: &mut Criterion, bench: &mut Bench) -> Vec<(usize, usize, f64, f64, f64)> {
+    let gpu = bench.gpu.clone();
+    let q = ActQuant::new(&gpu).expect("quant module");
+    let k = 7168;
+    let mut rows = Vec::new();
+    let mut g = c.benchmark_group("act-quant-1x128-bf16");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(20))
+        .measurement_time(Duration::from_millis(100));
+    for m in [1usize, 16, 128, 512, 4096, 16384] {
+        let mut rng = rand::rng();
+        let xh: Vec<bf16> = (0..m * k)
+            .map(|_| bf16::from_f32(rng.random_range(-3.0..3.0)))
+            .collect();
+        let x = DeviceBuffer::from_host(&gpu, &xh).unwrap();
+        let codes = DeviceBuffer::<u8>::zeros(&gpu, m * k).unwrap();
+        let scales = DeviceBuffer::<f32>::zeros(&gpu, m * k.div_ceil(128)).unwrap();
+        let bytes = m * k * 2 + m * k + m * k.div_ceil(128) * 4;
+        g.throughput(Throughput::Bytes(bytes as u64));
+        let samples = RefCell::new(Vec::new());
+        g.bench_function(BenchmarkId::new("quant", format!("M{m}xK{k}")), |b| {
+            b.iter_custom(|iters| {
+                bench.time(iters, &samples, || {
+                    // SAFETY: buffers sized for [m, k], default stream.
+                    unsafe {
+                        q.group128(
+                            x.ptr(),
+                            DType::Bf16,
+                            m,
+                            k,
+                            codes.ptr(),
+                            k,
+                            scales.ptr(),
+                            ScaleOrder::RowMajor,
+                            0,
+                        )
+                    }
+                    .expect("quant launch");
+                })
+            })
+        });
+        let us = median(&mut samples.borrow_mut()) * 1e3;
+        // The same bytes moved by a plain device copy (read + write = bytes).
+        let src = DeviceBuffer::<u8>::zeros(&gpu, bytes / 2).unwrap();
+        let dst = DeviceBuffer::<u8>::zeros(&gpu, bytes / 2).unwrap();
+        let copy_samples = RefCell::new(Vec::new());
+        g.bench_function(BenchmarkId::new("copy", format!("{}B", bytes / 2)), |b| {
+            b.iter_custom(|iters| {
+                bench.time(iters, &copy_samples, || {
+                    // SAFETY: both buffers hold bytes/2 bytes; default stream.
+                    unsafe {
+                        runtime::cudarc::driver::result::memcpy_dtod_async(
+                            dst.ptr(),
+                            src.ptr(),
+                            bytes / 2,
+                            std::ptr::null_mut(),
+                        )
+                    }
+                    .expect("copy");
+                })
+            })
+        });
+        let copy_us = median(&mut copy_samples.borrow_mut()) * 1e3;
+        rows.push((
+            m,
+            k,
+            us,
+            bytes as f64 / us / 1e3,
+            bytes as f64 / copy_us / 1e3,
+        ));
+    }
+    g.finish();
+    rows
+}
+
+fn print_summary(
+    gpu: &Gpu,
+    results: &Results,
+    shapes: &[(usize, usize)],
+    quant: &[(usize, usize, f64, f64, f64)],
+) {
+    let names: Vec<String> = {
+        let mut v: Vec<String> = results.keys().map(|k| k.0.clone()).collect();
+        v.sort();
+        v.dedup();
+        // cuBLASLt block first (the yardstick)
+        v.sort_by_key(|n| if n == "CublasLtBlockFp8" { 0 } else { 1 });
+        v
+    };
+    println!("\n== summary: {} ==", gpu.device());
+    println!(
+        "TFLOP/s (median, CUDA events, L2 flushed); x = ratio to CublasLtBlockFp8 in this run"
+    );
+    let short = |n: &str| {
+        n.replace("CublasLt", "Lt")
+            .replace("BlockFp8", "Blk")
+            .replace("Fp8", "")
+    };
+    let mut header = format!("{:>5} {:>11}", "M", "NxK");
+    for n in &names {
+        header += &format!(" | {:>15}", short(n));
+    }
+    println!("{header}");
+    for &(n, k) in shapes {
+        for m in MS {
+            let base = results
+                .get(&("CublasLtBlockFp8".to_string(), n, k, m))
+                .copied();
+            let mut line = format!("{m:>5} {:>11}", format!("{n}x{k}"));
+            for name in &names {
+                match results.get(&(name.clone(), n, k, m)) {
+                    Some(&us) => {
+                        let tf = 2.0 * (m * n * k) as f64 / us / 1e6;
+                        let ratio = base.map(|b| format!("{:.2}x", b / us)).unwrap_or_default();
+                        line += &format!(" | {tf:>7.1} {ratio:>7}");
+                    }
+                    None => line += &format!(" | {:>15}", "-"),
+                }
+            }
+            println!("{line}");
+        }
+    }
+    println!("activation quantization bf16 -> e4m3 (1x128 groups), K = 7168:");
+    println!(
+        "{:>6} {:>9} {:>9} {:>9} {:>7}",
+        "M", "us", "GB/s", "copy GB/s", "% copy"
+    );
+    for (m, _k, us, gbs, copy) in quant {
+        println!(
+            "{m:>6} {us:>9.2} {gbs:>9.0} {copy:>9.0} {:>6.0}%",
+            100.0 * gbs / copy
+        );
+    }
+}
+
+fn main() {
+    let gpu = match runtime::probe::nvrtc().and_then(|_| runtime::gpu(0)) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let mut c = Criterion::default().configure_from_args();
+    let mut bench = Bench {
+        timer: EventTimer::new(&gpu).expect("events"),
+        flush: DeviceBuffer::zeros(&gpu, FLUSH_BYTES).expect("flush buffer"),
+        gpu: gpu.clone(),
+    };
+    let quick = std::env::var("FP8_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let shapes: Vec<(usize, usize)> = if quick {
+        SHAPES[..3].to_vec()
+    } else {
+        SHAPES.to_vec()
+    };
+    let quant = bench_quant(&mut c, &mut bench);
+    let mut results = Results::new();
+    bench_gemms(&mut c, &mut bench, &shapes, &mut results);
+    c.final_summary();
+    print_summary(&gpu, &results, &shapes, &quant);
+}
