@@ -63,11 +63,18 @@ struct LayerResult {
     load_seconds: f64,
     /// Relative error and its tolerance, for checked layers.
     check: Option<(f64, f64)>,
+    /// Why the kernel failed to run (after it was built).
+    failure: Option<String>,
 }
 
 impl LayerResult {
     fn ok(&self) -> bool {
-        self.kernel.is_ok() && self.check.is_none_or(|(e, tol)| e < tol)
+        self.ran() && self.check.is_none_or(|(e, tol)| e < tol)
+    }
+
+    /// Whether a kernel was built and ran.
+    fn ran(&self) -> bool {
+        self.kernel.is_ok() && self.failure.is_none()
     }
 }
 
@@ -119,6 +126,7 @@ fn run_layer(
         seconds: 0.0,
         load_seconds: 0.0,
         check: None,
+        failure: None,
     };
     let tensors = ck.layer_tensors(l).map_err(|e| e.to_string())?;
     let t = Instant::now();
@@ -140,9 +148,13 @@ fn run_layer(
     // One untimed call (first touch, module load), then the timed ones.
     let mut times = Vec::with_capacity(iters);
     for i in 0..=iters {
-        let secs = exec
-            .forward(&mut linear, &c, &x, m, &mut out)
-            .map_err(|e| format!("layer {}: {e}", l.name))?;
+        let secs = match exec.forward(&mut linear, &c, &x, m, &mut out) {
+            Ok(secs) => secs,
+            Err(e) => {
+                res.failure = Some(e);
+                return Ok(res);
+            }
+        };
         if i > 0 {
             times.push(secs);
         }
@@ -187,8 +199,8 @@ impl ModelReport {
     fn per_kernel(&self) -> BTreeMap<&'static str, (usize, f64, f64)> {
         let mut map: BTreeMap<&'static str, (usize, f64, f64)> = BTreeMap::new();
         for r in &self.layers {
-            if let Ok(k) = r.kernel {
-                let e = map.entry(k).or_default();
+            if let (Ok(k), true) = (&r.kernel, r.ran()) {
+                let e = map.entry(*k).or_default();
                 e.0 += 1;
                 e.1 += r.seconds;
                 e.2 += 2.0 * (self.m * r.n * r.k) as f64;
@@ -211,6 +223,12 @@ impl ModelReport {
         for r in &self.layers {
             let shape = format!("N={} K={}", r.n, r.k);
             match &r.kernel {
+                Ok(k) if r.failure.is_some() => {
+                    s += &format!("  {:<w$}  {shape:<15}  {k:<14} FAILED TO RUN:\n", r.name);
+                    for line in r.failure.iter().flat_map(|f| f.lines()) {
+                        s += &format!("      {line}\n");
+                    }
+                }
                 Ok(k) => {
                     s += &format!(
                         "  {:<w$}  {shape:<15}  {k:<14} {:>9.3} ms",
@@ -242,7 +260,7 @@ impl ModelReport {
             );
         }
         let total = self.model_seconds();
-        let served = self.layers.iter().filter(|r| r.kernel.is_ok()).count();
+        let served = self.layers.iter().filter(|r| r.ran()).count();
         s += &format!(
             "\nmodel linear time: {:.3} ms per forward of M = {} -> {:.3} ms per token ({} of {} layers, {} FP8 weights)\n",
             total * 1e3,
@@ -276,10 +294,17 @@ impl ModelReport {
                 }
             );
         }
-        let unserved = self.layers.len() - served;
+        let unserved = self.layers.iter().filter(|r| r.kernel.is_err()).count();
         if unserved > 0 {
             s += &format!(
                 "NOT SERVED: {unserved} of {} layers have no kernel on this device (reasons above)\n",
+                self.layers.len()
+            );
+        }
+        let failed = self.layers.iter().filter(|r| r.failure.is_some()).count();
+        if failed > 0 {
+            s += &format!(
+                "FAILED TO RUN: {failed} of {} layers (errors above)\n",
                 self.layers.len()
             );
         }
@@ -298,7 +323,7 @@ impl ModelReport {
             "layers": self.layers.iter().map(|r| json!({
                 "name": r.name, "n": r.n, "k": r.k,
                 "kernel": r.kernel.as_ref().ok(),
-                "error": r.kernel.as_ref().err(),
+                "error": r.kernel.as_ref().err().or(r.failure.as_ref()),
                 "seconds": r.seconds,
                 "load_seconds": r.load_seconds,
                 "rel_error": r.check.map(|c| c.0),
