@@ -38,11 +38,8 @@ impl LaunchPlan {
         let chunks = m.div_ceil(8 * mt).max(1);
         let tiles = chunks * stripes.max(1);
         let target = BLOCKS_PER_SM * sm_count.max(1);
-        let want = if tiles >= target {
-            1
-        } else {
-            target.div_ceil(tiles)
-        };
+        // Floor: every block of the grid resident at once (one wave), no straggler wave.
+        let want = (target / tiles).max(1);
         let splits = want.min((ksteps / MIN_STEPS_PER_SPLIT).max(1)).max(1);
         let steps_per_split = ksteps.div_ceil(splits).max(1);
         let splits = ksteps.div_ceil(steps_per_split).max(1);
