@@ -1,5 +1,6 @@
 //! CUDA kernels: GPU activation quantization, cuBLASLt FP8 GEMMs (block-scaled on Hopper,
-//! per-tensor and row-wise), and our own portable block-FP8 kernel (FP8 `mma.sync`, sm_89+).
+//! per-tensor and row-wise), our own portable block-FP8 kernel (FP8 `mma.sync`, sm_89+) and
+//! our Hopper block-FP8 kernel (wgmma + TMA, sm_90a).
 //!
 //! Kernels are CUDA C compiled at run time by NVRTC for the device's exact arch and cached
 //! on disk (see `fp8_linear_cuda`). Kernel inputs and outputs are device tensors
@@ -10,14 +11,17 @@
 mod common;
 pub mod cublaslt_block;
 pub mod cublaslt_scaled;
+pub mod hopper;
 pub mod marlin;
 pub mod portable;
 pub mod quant;
 pub mod sources;
+mod tma;
 mod weights;
 
 pub use cublaslt_block::CublasLtBlockFp8;
 pub use cublaslt_scaled::{CublasLtFp8PerTensor, CublasLtFp8Rowwise};
+pub use hopper::HopperBlockFp8;
 pub use marlin::MarlinFp8;
 pub use portable::PortableBlockFp8;
 pub use quant::{ActQuant, ScaleOrder};

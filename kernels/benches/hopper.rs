@@ -1,0 +1,220 @@
+//! The Hopper wgmma block-FP8 kernel against cuBLASLt block-scaled and the portable mma.sync
+//! kernel, side by side in one run: M in {1, 16, 64, 128, 512, 4096} x (N, K) of
+//! DeepSeek-V3-style layers, bf16 in and out, CUDA-event timing of `apply` (activation
+//! quantization included) with the L2 flushed before every timed call, median of the
+//! samples. Also checks the Hopper output against cuBLASLt's on every point (relative
+//! Frobenius difference). Prints "skipped" and exits 0 without an sm_90 GPU; a compact
+//! summary table comes last.
+//!
+//! `cargo bench -p fp8-linear --bench hopper` (`FP8_BENCH_QUICK=1`: 2 shapes)
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu};
+use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8, PortableBlockFp8};
+use fp8_linear::{DType, Fp8Kernel, KernelEntry, LayerConfig, LayerWeights, Registered, Tensor};
+use half::bf16;
+use rand::{Rng, RngCore};
+
+const MS: [usize; 6] = [1, 16, 64, 128, 512, 4096];
+const SHAPES: [(usize, usize); 6] = [
+    (4096, 7168),
+    (7168, 2048),
+    (2112, 7168),
+    (24576, 1536),
+    (7168, 16384),
+    (18432, 7168),
+];
+const KERNELS: [&KernelEntry; 3] = [
+    &CublasLtBlockFp8::ENTRY,
+    &HopperBlockFp8::ENTRY,
+    &PortableBlockFp8::ENTRY,
+];
+const WARMUP: usize = 3;
+const SAMPLES: usize = 25;
+const FLUSH_BYTES: usize = 64 << 20;
+
+/// Random FP8 codes with the NaN patterns replaced.
+fn random_codes(len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    rand::rng().fill_bytes(&mut v);
+    for b in &mut v {
+        if *b & 0x7f == 0x7f {
+            *b &= 0xfe;
+        }
+    }
+    v
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median microseconds of `kernel.apply` on `[m, k]` activations.
+#[allow(clippy::too_many_arguments)]
+fn time_apply(
+    gpu: &Arc<Gpu>,
+    timer: &EventTimer,
+    flush: &mut DeviceBuffer<u8>,
+    kernel: &mut dyn Fp8Kernel,
+    x: &DeviceBuffer<bf16>,
+    out: &mut DeviceBuffer<bf16>,
+    m: usize,
+    nk: (usize, usize),
+) -> Result<f64, String> {
+    let (n, k) = nk;
+    let stream = gpu.stream().clone();
+    let mut samples = Vec::with_capacity(SAMPLES);
+    for i in 0..WARMUP + SAMPLES {
+        flush.fill_bytes(i as u8).map_err(|e| e.to_string())?;
+        timer.start(&stream).map_err(|e| e.to_string())?;
+        kernel
+            .apply(&x.tensor([m, k]), &mut out.tensor_mut([m, n]))
+            .map_err(|e| e.to_string())?;
+        let ms = timer.stop(&stream).map_err(|e| e.to_string())?;
+        if i >= WARMUP {
+            samples.push(ms as f64 * 1e3);
+        }
+    }
+    Ok(median(samples))
+}
+
+fn rel_diff(a: &[bf16], b: &[bf16]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (x.to_f64(), y.to_f64());
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    if a.iter().any(|v| v.is_nan()) {
+        return f64::NAN;
+    }
+    (num / den.max(1e-300)).sqrt()
+}
+
+fn main() {
+    let gpu = match runtime::probe::nvrtc().and_then(|_| runtime::gpu(0)) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let cap = gpu.capability();
+    if (cap.major, cap.minor) != (9, 0) {
+        println!("skipped: HopperBlockFp8 needs sm_90, this GPU is {cap}");
+        return;
+    }
+    let quick = std::env::var("FP8_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let shapes = if quick { &SHAPES[..2] } else { &SHAPES[..] };
+    let timer = EventTimer::new(&gpu).expect("events");
+    let mut flush = DeviceBuffer::<u8>::zeros(&gpu, FLUSH_BYTES).expect("flush buffer");
+    // (kernel, n, k, m) -> us; (n, k, m) -> Hopper vs cuBLASLt difference.
+    let mut us: BTreeMap<(&str, usize, usize, usize), f64> = BTreeMap::new();
+    let mut diff: BTreeMap<(usize, usize, usize), f64> = BTreeMap::new();
+    let max_m = *MS.iter().max().unwrap();
+    let mut rng = rand::rng();
+    for &(n, k) in shapes {
+        let codes = random_codes(n * k);
+        let scales: Vec<f32> = (0..n.div_ceil(128) * k.div_ceil(128))
+            .map(|_| rng.random_range(0.5f32..2.0) / 448.0)
+            .collect();
+        let xh: Vec<bf16> = (0..max_m * k)
+            .map(|_| bf16::from_f32(rng.random_range(-1.0..1.0)))
+            .collect();
+        let x = DeviceBuffer::from_host(&gpu, &xh).expect("upload x");
+        let mut outs: BTreeMap<(&str, usize), Vec<bf16>> = BTreeMap::new();
+        let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+        let weights = LayerWeights {
+            weight: Tensor::fp8(&codes, [n, k]),
+            weight_scale: Tensor::f32(&scales, [n.div_ceil(128), k.div_ceil(128)]),
+            input_scale: None,
+            input_scale_ub: None,
+            bias: None,
+        };
+        for entry in KERNELS {
+            let mut kernel = match entry.build(&cfg).and_then(|mut kr| {
+                kr.process_weights(&weights)?;
+                Ok(kr)
+            }) {
+                Ok(kr) => kr,
+                Err(e) => {
+                    println!("{} N={n} K={k}: not run: {e}", entry.name);
+                    continue;
+                }
+            };
+            let mut out = DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out");
+            for m in MS {
+                let r = time_apply(
+                    &gpu,
+                    &timer,
+                    &mut flush,
+                    kernel.as_mut(),
+                    &x,
+                    &mut out,
+                    m,
+                    (n, k),
+                );
+                match r {
+                    Ok(t) => {
+                        us.insert((entry.name, n, k, m), t);
+                        let host = out.to_host().expect("download");
+                        outs.insert((entry.name, m), host[..m * n].to_vec());
+                    }
+                    Err(e) => println!("{} M={m} N={n} K={k}: failed: {e}", entry.name),
+                }
+            }
+        }
+        for m in MS {
+            if let (Some(h), Some(l)) = (
+                outs.get(&(HopperBlockFp8::ENTRY.name, m)),
+                outs.get(&(CublasLtBlockFp8::ENTRY.name, m)),
+            ) {
+                diff.insert((n, k, m), rel_diff(h, l));
+            }
+        }
+        println!("done N={n} K={k}");
+    }
+
+    println!("\n== summary: {} ==", gpu.device());
+    println!(
+        "TFLOP/s of apply (quantization included; median of {SAMPLES}, CUDA events, L2 \
+         flushed); x = ratio to cuBLASLt block in this run; diff = ||hopper - lt|| / ||lt||"
+    );
+    println!(
+        "{:>5} {:>11} | {:>8} | {:>8} {:>6} | {:>8} {:>6} | {:>8} | {:>7}",
+        "M", "NxK", "LtBlk", "Hopper", "x", "Portable", "x", "floor%", "diff"
+    );
+    for &(n, k) in shapes {
+        for m in MS {
+            let tf = |name: &str| {
+                us.get(&(name, n, k, m))
+                    .map(|t| 2.0 * (m * n * k) as f64 / t / 1e6)
+            };
+            let lt = tf(CublasLtBlockFp8::ENTRY.name);
+            let cell = |name: &str| match (tf(name), lt) {
+                (Some(v), Some(b)) => format!("{v:>8.1} {:>5.2}x", v / b),
+                (Some(v), None) => format!("{v:>8.1} {:>6}", "-"),
+                _ => format!("{:>8} {:>6}", "-", "-"),
+            };
+            // Weight-bandwidth floor: N*K bytes at 4.3 TB/s (PERFORMANCE.md's copy rate).
+            let floor_us = (n * k) as f64 / 4.3e6;
+            let floor = us
+                .get(&(HopperBlockFp8::ENTRY.name, n, k, m))
+                .map(|t| format!("{:>7.0}%", 100.0 * floor_us / t))
+                .unwrap_or_else(|| format!("{:>8}", "-"));
+            println!(
+                "{m:>5} {:>11} | {:>8} | {} | {} | {floor} | {:>7}",
+                format!("{n}x{k}"),
+                lt.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into()),
+                cell(HopperBlockFp8::ENTRY.name),
+                cell(PortableBlockFp8::ENTRY.name),
+                diff.get(&(n, k, m))
+                    .map(|d| format!("{d:.1e}"))
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+    }
+}

@@ -1,0 +1,290 @@
+// Hopper block-scaled FP8 GEMM (sm_90a): TMA loads into a STAGES-deep shared-memory ring
+// guarded by mbarriers, one producer warpgroup (one issuing thread, few registers through
+// setmaxnreg), NWG math warpgroups issuing wgmma m64n128k32 e4m3 x e4m3 -> f32 from
+// 128B-swizzled K-major shared-memory descriptors. Each 128-long K block is multiplied into
+// fresh accumulators and then promoted into f32 totals with As[m, kb] * Bs[n / 128, kb].
+// Persistent: a grid of at most one CTA per SM walks the (tile, K split) work units.
+//
+//   out[m, n] = sum_kb As[m, kb] * Bs[n / 128, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
+//
+// A: [M, ldk] e4m3 codes through tensor map `ta` (box 128 x BM), columns K..ldk zero.
+// B: [N, ldk] e4m3 codes through tensor map `tb` (box 128 x 128). TMA zero-fills rows past
+// M / N and columns past ldk, so partial tiles need no masking on the load side.
+// As: [Kb, M] f32 (M fastest), Bs: [ceil(N/128), Kb] f32. Stores are masked. With more than
+// one K split, partial sums go to an f32 workspace by atomicAdd and `hopper_finalize_*`
+// converts it (the workspace must be zeroed before).
+
+#define BN 128
+#define BK 128
+
+struct __align__(64) TmaDesc {
+    u64 opaque[16];
+};
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+// ---- mbarrier -------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+// ---- TMA ------------------------------------------------------------------------------
+__device__ __forceinline__ void tma_load_2d(u32 dst, const TmaDesc* map, u32 bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+        "l"((u64)map), "r"(bar), "r"(c0), "r"(c1)
+        : "memory");
+}
+
+// ---- wgmma ----------------------------------------------------------------------------
+// K-major operand, 128-byte swizzle, 8-row core-matrix groups 1024 bytes apart (SBO); the
+// leading offset is unused for swizzled K-major layouts. `addr` must sit in a 1024-aligned
+// swizzle atom; advancing K by 32 e4m3 elements adds 32 bytes to the start address.
+__device__ __forceinline__ u64 wgmma_desc(u32 addr) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) |
+           ((u64)1 << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait0() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+
+// d[64] (+)= A[64 x 32] * B[128 x 32]^T; `acc` false: d = A * B.
+__device__ __forceinline__ void wgmma_m64n128k32(float* d, u64 da, u64 db, int acc) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
+        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
+          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
+          "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(acc));
+}
+
+// ---- output ---------------------------------------------------------------------------
+template <int OUT>
+__device__ __forceinline__ void put2(void* out, long long idx, float v0, float v1, bool both,
+                                     bool pair_ok) {
+    if (OUT == 0) {
+        float* o = (float*)out + idx;
+        if (both && pair_ok) { *reinterpret_cast<float2*>(o) = make_float2(v0, v1); }
+        else { o[0] = v0; if (both) o[1] = v1; }
+    } else {
+        u16 h0 = OUT == 1 ? f32_to_f16(v0) : f32_to_bf16(v0);
+        u16 h1 = OUT == 1 ? f32_to_f16(v1) : f32_to_bf16(v1);
+        u16* o = (u16*)out + idx;
+        if (both && pair_ok) { *reinterpret_cast<u32*>(o) = (u32)h0 | ((u32)h1 << 16); }
+        else { o[0] = h0; if (both) o[1] = h1; }
+    }
+}
+
+// ---- the kernel -----------------------------------------------------------------------
+// Work unit u -> (n block, m block, split): units sharing a weight tile are adjacent, so
+// CTAs running at the same time read each weight tile from HBM about once.
+struct Unit {
+    int m0, nb, kb0, kb1;
+};
+__device__ __forceinline__ Unit unit_of(int u, int num_m, int splits, int kbps, int Kb, int bm) {
+    const int sp = u % splits, t = u / splits;
+    Unit r;
+    r.nb = t / num_m;
+    r.m0 = (t % num_m) * bm;
+    r.kb0 = sp * kbps;
+    r.kb1 = min(Kb, r.kb0 + kbps);
+    return r;
+}
+
+template <int NWG, int STAGES, int OUT>
+__device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb,
+                                            const float* __restrict__ As,
+                                            const float* __restrict__ Bs, void* __restrict__ out,
+                                            float* __restrict__ ws, const float* __restrict__ bias,
+                                            int M, int N, int K, int kbps, int splits) {
+    constexpr int BM = 64 * NWG;
+    constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
+    extern __shared__ u8 smem_raw[];
+    const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const u32 sa = base, sb = base + STAGES * A_BYTES;
+    const u32 bars = sb + STAGES * B_BYTES;  // full[STAGES], then empty[STAGES]
+    const int Kb = (K + BK - 1) / BK;
+    const int num_m = (M + BM - 1) / BM, num_n = (N + BN - 1) / BN;
+    const int units = num_m * num_n * splits;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(bars + 8 * s, 1);
+            mbar_init(bars + 8 * (STAGES + s), NWG * 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // Producer warpgroup: one thread issues every TMA load.
+        if constexpr (NWG == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == 0) {
+            asm volatile("prefetch.tensormap [%0];" ::"l"((u64)ta) : "memory");
+            asm volatile("prefetch.tensormap [%0];" ::"l"((u64)tb) : "memory");
+            u32 it = 0;
+            for (int u = blockIdx.x; u < units; u += gridDim.x) {
+                const Unit w = unit_of(u, num_m, splits, kbps, Kb, BM);
+                for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
+                    const u32 s = it % STAGES, ph = (it / STAGES) & 1;
+                    mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
+                    const u32 full = bars + 8 * s;
+                    mbar_expect_tx(full, A_BYTES + B_BYTES);
+                    tma_load_2d(sa + s * A_BYTES, ta, full, kb * BK, w.m0);
+                    tma_load_2d(sb + s * B_BYTES, tb, full, kb * BK, w.nb * BN);
+                }
+            }
+        }
+        return;
+    }
+
+    // Math warpgroups: each owns 64 rows of the BM-row tile.
+    if constexpr (NWG == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int mw = wg - 1;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int row_in = mw * 64 + warp * 16 + lane / 4;
+    const int col_in = (lane % 4) * 2;
+    const bool split = splits > 1;
+    float acc[64], tot[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    u32 it = 0;
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        const Unit w = unit_of(u, num_m, splits, kbps, Kb, BM);
+        const bool active = w.m0 + mw * 64 < M;  // rows of this warpgroup exist
+        const int r0 = w.m0 + row_in, r1 = r0 + 8;
+#pragma unroll
+        for (int i = 0; i < 64; ++i) tot[i] = 0.f;
+        const float* bs_row = Bs + (long long)w.nb * Kb;
+        for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
+            const u32 s = it % STAGES, ph = (it / STAGES) & 1;
+            // Scales first: their loads overlap the wait and the MMAs.
+            const float bsv = bs_row[kb];
+            const float a0 = r0 < M ? As[(long long)kb * M + r0] : 0.f;
+            const float a1 = r1 < M ? As[(long long)kb * M + r1] : 0.f;
+            mbar_wait(bars + 8 * s, ph);
+            if (active) {
+                const u64 da = wgmma_desc(sa + s * A_BYTES + mw * 64 * BK);
+                const u64 db = wgmma_desc(sb + s * B_BYTES);
+                wgmma_fence();
+#pragma unroll
+                for (int j = 0; j < BK / 32; ++j) wgmma_m64n128k32(acc, da + 2 * j, db + 2 * j, j);
+                wgmma_commit();
+                wgmma_wait0();
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
+            if (active) {
+                const float f0 = a0 * bsv, f1 = a1 * bsv;
+#pragma unroll
+                for (int i = 0; i < 64; ++i) tot[i] += acc[i] * ((i & 2) ? f1 : f0);
+            }
+        }
+        if (!active) continue;
+        // Epilogue: accumulator i sits at row r0 (i % 4 < 2) or r1, column 8 * (i / 4) + col_in
+        // + (i % 2).
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int c = w.nb * BN + j * 8 + col_in;
+            if (c >= N) continue;
+            const bool both = c + 1 < N;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = h ? r1 : r0;
+                if (r >= M) continue;
+                float v0 = tot[4 * j + 2 * h], v1 = tot[4 * j + 2 * h + 1];
+                const long long idx = (long long)r * N + c;
+                if (split) {
+                    atomicAdd(ws + idx, v0);
+                    if (both) atomicAdd(ws + idx + 1, v1);
+                } else {
+                    if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
+                    put2<OUT>(out, idx, v0, v1, both, (N & 1) == 0);
+                }
+            }
+        }
+    }
+}
+
+#define HOPPER_KERNEL(NAME, NWG, STAGES, OUT)                                                    \
+    extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                             \
+        NAME(const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb,             \
+             const float* As, const float* Bs, void* out, float* ws, const float* bias, int M,   \
+             int N, int K, int kbps, int splits) {                                               \
+        hopper_gemm<NWG, STAGES, OUT>(&ta, &tb, As, Bs, out, ws, bias, M, N, K, kbps, splits);   \
+    }
+
+// BM = 64: one math warpgroup, 24 KiB stages; BM = 128: two, 32 KiB stages.
+HOPPER_KERNEL(hopper_gemm_bm64_f32, 1, 8, 0)
+HOPPER_KERNEL(hopper_gemm_bm64_f16, 1, 8, 1)
+HOPPER_KERNEL(hopper_gemm_bm64_bf16, 1, 8, 2)
+HOPPER_KERNEL(hopper_gemm_bm128_f32, 2, 6, 0)
+HOPPER_KERNEL(hopper_gemm_bm128_f16, 2, 6, 1)
+HOPPER_KERNEL(hopper_gemm_bm128_bf16, 2, 6, 2)
+
+// Split-K epilogue: out = ws (+ bias), converted to the output dtype.
+template <int OUT>
+__device__ void hopper_finalize(const float* __restrict__ ws, void* __restrict__ out,
+                                const float* __restrict__ bias, int M, int N) {
+    const long long total = (long long)M * N;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = ws[i];
+        if (bias != 0) v += bias[i % N];
+        if (OUT == 0) ((float*)out)[i] = v;
+        else ((u16*)out)[i] = OUT == 1 ? f32_to_f16(v) : f32_to_bf16(v);
+    }
+}
+extern "C" __global__ void hopper_finalize_f32(const float* ws, void* out, const float* bias, int M, int N) {
+    hopper_finalize<0>(ws, out, bias, M, N);
+}
+extern "C" __global__ void hopper_finalize_f16(const float* ws, void* out, const float* bias, int M, int N) {
+    hopper_finalize<1>(ws, out, bias, M, N);
+}
+extern "C" __global__ void hopper_finalize_bf16(const float* ws, void* out, const float* bias, int M, int N) {
+    hopper_finalize<2>(ws, out, bias, M, N);
+}

@@ -1,0 +1,376 @@
+//! Hopper block-scaled FP8 GEMM (sm_90a, the DeepGEMM class): TMA loads into a multi-stage
+//! shared-memory ring with mbarriers, a producer warpgroup with few registers (setmaxnreg),
+//! math warpgroups issuing wgmma m64n128k32 e4m3 from 128B-swizzled descriptors, per-128-K
+//! promotion into f32 with the 1x128 activation and 128x128 weight scales, persistent tile
+//! scheduling, and split-K (f32 workspace + epilogue) when the tiles do not fill the GPU.
+//! Source: `cu/hopper_gemm.cu`.
+
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
+use fp8_linear_core::validate::check_io;
+use fp8_linear_core::{
+    fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
+};
+use fp8_linear_cuda::cudarc;
+use fp8_linear_cuda::{DeviceBuffer, Gpu, ModuleSpec};
+
+use super::common::{be, device_in, device_out, float_index, same_device, Scratch, FLOAT_NAMES};
+use super::portable::block_128_checks;
+use super::quant::{ActQuant, ScaleOrder};
+use super::sources::COMMON;
+use super::tma::TensorMap;
+use super::weights::DeviceWeights;
+
+const NAME: &str = "HopperBlockFp8";
+/// The kernel body (device code of the module after the shared helpers).
+const BODY: &str = include_str!("cu/hopper_gemm.cu");
+
+/// The Hopper module spec (compiled for `sm_90a`).
+pub fn hopper_module() -> ModuleSpec {
+    static SRC: OnceLock<&'static str> = OnceLock::new();
+    let src = SRC.get_or_init(|| Box::leak(format!("{COMMON}\n{BODY}").into_boxed_str()));
+    ModuleSpec {
+        arch_specific: true,
+        ..ModuleSpec::new("fp8_hopper_gemm", src)
+    }
+}
+
+/// Block-scaled FP8 GEMM with wgmma and TMA for Hopper (sm_90a exactly): 128x128 weight
+/// blocks, dynamic 1x128 activation groups, any M, N, K, f32/f16/bf16 in and out, bias.
+#[fp8_kernel(platform = Cuda, priority = 1, arch = sm90a, backend = hopper)]
+pub struct HopperBlockFp8 {
+    config: LayerConfig,
+    state: Option<State>,
+}
+
+/// One tile height: BM rows per CTA (64 * math warpgroups), its pipeline depth and kernels.
+struct Variant {
+    bm: usize,
+    smem: u32,
+    gemm: [CudaFunction; 3],
+}
+
+/// BM 64 (one math warpgroup, 8 stages of 24 KiB) and BM 128 (two, 6 stages of 32 KiB);
+/// must match `HOPPER_KERNEL` in the source. 1 KiB covers the 1024-byte alignment.
+const VARIANTS: [(usize, u32, &str); 2] = [
+    (64, 1024 + 8 * (64 * 128 + 128 * 128) + 16 * 8, "bm64"),
+    (128, 1024 + 6 * (128 * 128 + 128 * 128) + 16 * 6, "bm128"),
+];
+
+struct State {
+    gpu: Arc<Gpu>,
+    w: DeviceWeights,
+    /// Weight block scales `[ceil(n/128), ceil(k/128)]` row-major.
+    bs: DeviceBuffer<f32>,
+    /// Tensor map of the weight codes (box 128 x 128).
+    tb: TensorMap,
+    quant: ActQuant,
+    variants: [Variant; 2],
+    finalize: [CudaFunction; 3],
+    _module: Arc<CudaModule>,
+    q: Scratch<u8>,
+    a_scales: Scratch<f32>,
+    ws: Scratch<f32>,
+    /// Last activation tensor map: (codes address, M, BM) -> map.
+    ta: Option<((u64, usize, usize), TensorMap)>,
+}
+
+impl HopperBlockFp8 {
+    /// Builds the kernel for a layer (nothing touches the GPU until `process_weights`).
+    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+        Ok(HopperBlockFp8 {
+            config: *config,
+            state: None,
+        })
+    }
+}
+
+/// K splits for `tiles` output tiles and `kb` K blocks on `sms` SMs: 1 when the tiles fill
+/// the GPU, else the count (up to 16) whose work units fill the waves best; returns
+/// (splits, K blocks per split).
+pub fn plan_splits(tiles: usize, kb: usize, sms: usize) -> (usize, usize) {
+    let sms = sms.max(1);
+    if tiles >= 2 * sms {
+        return (1, kb);
+    }
+    let mut best = (1usize, kb, 0.0f64);
+    for s in 1..=kb.min(16) {
+        let per = kb.div_ceil(s);
+        let s_eff = kb.div_ceil(per);
+        let units = tiles * s_eff;
+        let waves = units.div_ceil(sms);
+        // Fill of the last wave, with a small cost per extra split (workspace traffic).
+        let score = units as f64 / (waves * sms) as f64 - 0.02 * (s_eff - 1) as f64;
+        if score > best.2 + 1e-9 {
+            best = (s_eff, per, score);
+        }
+    }
+    (best.0, best.1)
+}
+
+/// The loaded module, its two tile variants and the split-K epilogues.
+type Loaded = (Arc<CudaModule>, [Variant; 2], [CudaFunction; 3]);
+
+fn load(gpu: &Arc<Gpu>) -> Result<Loaded, KernelError> {
+    let optin = gpu
+        .context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(|e| KernelError::backend(NAME, format!("shared memory limit: {e:?}")))?
+        as u32;
+    let (module, _) = gpu.module(&hopper_module()).map_err(be(NAME))?;
+    let func = |name: String| -> Result<CudaFunction, KernelError> {
+        module
+            .load_function(&name)
+            .map_err(|e| KernelError::backend(NAME, format!("loading {name}: {e:?}")))
+    };
+    let variant = |(bm, smem, tag): (usize, u32, &str)| -> Result<Variant, KernelError> {
+        if smem > optin {
+            return Err(KernelError::backend(
+                NAME,
+                format!("needs {smem} B of shared memory per block, the device allows {optin}"),
+            ));
+        }
+        let mut fs = Vec::with_capacity(3);
+        for suffix in FLOAT_NAMES {
+            let name = format!("hopper_gemm_{tag}_{suffix}");
+            let f = func(name.clone())?;
+            // SAFETY: a valid function handle; raising its dynamic shared memory limit.
+            unsafe {
+                cudarc::driver::result::function::set_function_attribute(
+                    f.cu_function(),
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+            }
+            .map_err(|e| KernelError::backend(NAME, format!("shared memory on {name}: {e:?}")))?;
+            fs.push(f);
+        }
+        let [a, b, c]: [CudaFunction; 3] = fs
+            .try_into()
+            .map_err(|_| KernelError::backend(NAME, "three output dtypes expected".to_string()))?;
+        Ok(Variant {
+            bm,
+            smem,
+            gemm: [a, b, c],
+        })
+    };
+    let variants = [variant(VARIANTS[0])?, variant(VARIANTS[1])?];
+    let finalize = [
+        func("hopper_finalize_f32".into())?,
+        func("hopper_finalize_f16".into())?,
+        func("hopper_finalize_bf16".into())?,
+    ];
+    Ok((module, variants, finalize))
+}
+
+impl Fp8Kernel for HopperBlockFp8 {
+    fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
+        // Rows are padded to 16 bytes at load (TMA's stride rule), so any K works; TMA
+        // zero-fills partial tiles and the stores are masked, so any M and N work.
+        block_128_checks(config)
+    }
+
+    fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
+        let w = DeviceWeights::load(NAME, &self.config, weights)?;
+        let gpu = w.gpu.clone();
+        let cap = gpu.capability();
+        if (cap.major, cap.minor) != (9, 0) {
+            return Err(KernelError::backend(
+                NAME,
+                format!("needs an sm_90 GPU (wgmma, TMA); this one is {cap}"),
+            ));
+        }
+        let bs = DeviceBuffer::from_host(&gpu, &w.host_scales).map_err(be(NAME))?;
+        let quant = ActQuant::new(&gpu).map_err(be(NAME))?;
+        let (module, variants, finalize) = load(&gpu)?;
+        let tb = TensorMap::e4m3_2d(w.codes.ptr(), self.config.n, w.ldk, w.ldk, 128, 128)
+            .map_err(|e| KernelError::backend(NAME, e))?;
+        self.state = Some(State {
+            gpu,
+            w,
+            bs,
+            tb,
+            quant,
+            variants,
+            finalize,
+            _module: module,
+            q: Scratch::default(),
+            a_scales: Scratch::default(),
+            ws: Scratch::default(),
+            ta: None,
+        });
+        Ok(())
+    }
+
+    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
+        let c = self.config;
+        let st = self
+            .state
+            .as_mut()
+            .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
+        let m = check_io(&c, input, output)?;
+        let x = device_in(NAME, "input", input)?;
+        let out = device_out(NAME, "output", output)?;
+        same_device("input", &x, &st.gpu)?;
+        same_device("output", &out, &st.gpu)?;
+        let (n, k) = (c.n, c.k);
+        if m > i32::MAX as usize || m.checked_mul(n).is_none_or(|v| v > i64::MAX as usize) {
+            return Err(KernelError::shape(
+                "input",
+                "[M < 2^31, K]",
+                format!("{:?}", input.shape),
+            ));
+        }
+        let kb = k.div_ceil(128);
+        let ldk = st.w.ldk;
+        let stream = out.stream;
+        let gpu = st.gpu.clone();
+        let q = st.q.get(&gpu, m * ldk).map_err(be(NAME))?.ptr();
+        let a_s = st.a_scales.get(&gpu, m * kb).map_err(be(NAME))?.ptr();
+        // SAFETY: x holds m*k input elements (check_io), q m*ldk bytes, a_s m*kb floats; all
+        // on this GPU; the stream is the output's.
+        unsafe {
+            st.quant.group128(
+                x.ptr,
+                c.input_dtype,
+                m,
+                k,
+                q,
+                ldk,
+                a_s,
+                ScaleOrder::ColMajor,
+                stream,
+            )
+        }
+        .map_err(be(NAME))?;
+
+        let v = if m <= 64 {
+            &st.variants[0]
+        } else {
+            &st.variants[1]
+        };
+        let key = (q, m, v.bm);
+        let ta = match &st.ta {
+            Some((k0, map)) if *k0 == key => *map,
+            _ => {
+                let map = TensorMap::e4m3_2d(q, m, ldk, ldk, v.bm as u32, 128)
+                    .map_err(|e| KernelError::backend(NAME, e))?;
+                st.ta = Some((key, map));
+                map
+            }
+        };
+        let tiles = m.div_ceil(v.bm) * n.div_ceil(128);
+        let sms = gpu.device().sm_count.max(1) as usize;
+        let (splits, kbps) = plan_splits(tiles, kb, sms);
+        let units = tiles * splits;
+        let grid = units.min(sms) as u32;
+        let oi = float_index("output", c.output_dtype)?;
+        let ws = if splits > 1 {
+            let p = st.ws.get(&gpu, m * n).map_err(be(NAME))?.ptr();
+            // SAFETY: p addresses at least m*n floats of this GPU.
+            unsafe {
+                cudarc::driver::result::memset_d8_async(
+                    p,
+                    0,
+                    m * n * 4,
+                    stream as cudarc::driver::sys::CUstream,
+                )
+            }
+            .map_err(|e| {
+                KernelError::backend(NAME, format!("clearing the split-K workspace: {e:?}"))
+            })?;
+            p
+        } else {
+            0u64
+        };
+        let bias = st.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
+        let bsptr = st.bs.ptr();
+        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+        let (kbpsi, splitsi) = (kbps as i32, splits as i32);
+        let tb = st.tb;
+        // SAFETY: the stream belongs to this GPU (checked ordinal); the tensor maps cover A
+        // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds kb*m
+        // floats, Bs ceil(n/128)*kb, out m*n elements, ws m*n floats when split; the kernel
+        // masks every store and TMA zero-fills out-of-bounds boxes.
+        unsafe {
+            let s = gpu.borrow_stream(stream);
+            let mut b = s.launch_builder(&v.gemm[oi]);
+            b.arg(&ta)
+                .arg(&tb)
+                .arg(&a_s)
+                .arg(&bsptr)
+                .arg(&out.ptr)
+                .arg(&ws)
+                .arg(&bias);
+            b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
+            b.launch(LaunchConfig {
+                grid_dim: (grid, 1, 1),
+                block_dim: (128 * (v.bm as u32 / 64 + 1), 1, 1),
+                shared_mem_bytes: v.smem,
+            })
+            .map_err(|e| {
+                KernelError::backend(
+                    NAME,
+                    format!(
+                        "launching hopper_gemm (BM={}, {splits} splits): {e:?}",
+                        v.bm
+                    ),
+                )
+            })?;
+            if splits > 1 {
+                let blocks = ((m * n).div_ceil(256)).min(4096) as u32;
+                let mut f = s.launch_builder(&st.finalize[oi]);
+                f.arg(&ws).arg(&out.ptr).arg(&bias).arg(&mi).arg(&ni);
+                f.launch(LaunchConfig {
+                    grid_dim: (blocks, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+                .map_err(|e| {
+                    KernelError::backend(NAME, format!("launching hopper_finalize: {e:?}"))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8_linear_cuda::nvrtc;
+
+    #[test]
+    fn splits_fill_the_gpu_without_overshooting() {
+        // Many tiles: no split.
+        assert_eq!(plan_splits(1792, 56, 132), (1, 56));
+        // 32 tiles (N = 4096, M <= 64) over 56 K blocks: 4 splits of 14 -> 128 units.
+        let (s, per) = plan_splits(32, 56, 132);
+        assert!(s * 32 <= 132 && s >= 4, "{s}");
+        assert!(per * s >= 56 && per * (s - 1) < 56);
+        // Never more splits than K blocks.
+        assert_eq!(plan_splits(1, 1, 132), (1, 1));
+        let (s, per) = plan_splits(3, 5, 132);
+        assert!(s <= 5 && per * s >= 5);
+    }
+
+    /// Compiles the module for sm_90a when NVRTC is installed (no GPU needed).
+    #[test]
+    fn source_compiles_for_sm90a() {
+        if let Err(e) = fp8_linear_cuda::probe::nvrtc() {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        let spec = hopper_module();
+        let opts = vec!["--std=c++17".to_string(), "-default-device".to_string()];
+        let cubin = nvrtc::compile_cubin(spec.name, spec.source, "sm_90a", &opts, &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(cubin.len() > 1000);
+    }
+}
