@@ -75,7 +75,7 @@ is_gpu() { case "$1" in gpu_*|fp8_linear|fp8_linear_cuda) return 0 ;; *) return 
 export FP8_LINEAR_LOG_LOADS=1
 for t in tests/*; do
     name=$(basename "$t")
-    if is_gpu "$name" || [ $ALL = 1 ]; then run_one "$name" "$t" --test-threads=1; fi
+    if is_gpu "$name" || [ $ALL = 1 ]; then run_one "$name" "$t" --test-threads=1 --nocapture; fi
 done
 # Second run of one binary: its kernels now come from the disk cache.
 run_one gpu_errors-second-run tests/gpu_errors --test-threads=1

@@ -188,9 +188,16 @@ fn out_type(d: DType) -> Result<sys::cudaDataType, CudaError> {
 }
 
 impl Fp8GemmPlan {
-    /// Creates the descriptors and asks the heuristic for an algorithm. An unsupported
+    /// Creates the descriptors and asks the heuristic for an algorithm. The scale pointers
+    /// (device addresses) are set before the query: cuBLASLt rejects vector and block scale
+    /// modes without them; [`Fp8GemmPlan::run`] may pass others later. An unsupported
     /// combination (scale modes on this GPU, alignment) is a `Cublas` error naming it.
-    pub fn new(lt: &Arc<Lt>, shape: Fp8GemmShape) -> Result<Self, CudaError> {
+    pub fn new(
+        lt: &Arc<Lt>,
+        shape: Fp8GemmShape,
+        weight_scales: u64,
+        act_scales: u64,
+    ) -> Result<Self, CudaError> {
         use sys::cublasLtMatmulDescAttributes_t as A;
         let s = shape;
         if !s.k.is_multiple_of(16)
@@ -230,6 +237,18 @@ impl Fp8GemmPlan {
             A::CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
             &am,
             "B scale mode",
+        )?;
+        set_desc(
+            &desc,
+            A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+            &weight_scales,
+            "A scale pointer",
+        )?;
+        set_desc(
+            &desc,
+            A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+            &act_scales,
+            "B scale pointer",
         )?;
         let e4m3 = sys::cudaDataType::CUDA_R_8F_E4M3;
         let mk = |t, rows: usize, cols: usize, ld: usize, what: &str| {

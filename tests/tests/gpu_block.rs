@@ -213,3 +213,66 @@ fn large_m_matches_between_kernels() {
         assert!(err < 1e-2, "{err}");
     }
 }
+
+/// Every tile height and split-K choice of the portable kernel on ragged layers (the
+/// automatic choice picks one per M; this pins each down). Prints the worst element.
+#[test]
+fn portable_every_tile_and_split() {
+    let Some(gpu) = gpu_or_skip("portable_every_tile_and_split") else {
+        return;
+    };
+    let mut bad = Vec::new();
+    for (m, n, k, input) in [
+        (1, 7748, 3884, DType::Bf16),
+        (5, 520, 1000, DType::F32),
+        (40, 300, 700, DType::F16),
+    ] {
+        let cfg = LayerConfig::block_128(n, k, input, DType::F32);
+        let (w, ws) = random_block_weight(n, k, 5);
+        let weights = LayerWeights {
+            weight: Tensor::fp8(&w, [n, k]),
+            weight_scale: Tensor::f32(&ws, [n.div_ceil(128), k.div_ceil(128)]),
+            input_scale: None,
+            input_scale_ub: None,
+            bias: None,
+        };
+        let mut kernel = PortableBlockFp8::new(&cfg).unwrap();
+        fp8_linear::Fp8Kernel::process_weights(&mut kernel, &weights).unwrap();
+        let x = random_activations(m, k);
+        for mt in [1, 2, 4] {
+            for splits in [Some(1), Some(3), None] {
+                kernel.force_launch(Some(mt), splits);
+                let (got, exact) = run(&gpu, &mut kernel, &cfg, &x, m).unwrap();
+                let (aq, as_) = quantize_groups(&exact, m, k);
+                let rows: Vec<usize> = (0..m).collect();
+                let want = block_reference_rows(&aq, &as_, &w, &ws, n, k, &rows);
+                let (worst, d) = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(g, w)| (*g as f64 - w).abs())
+                    .enumerate()
+                    .fold((0, 0f64), |a, (i, d)| if d > a.1 { (i, d) } else { a });
+                let err = rel_err(&got, &want, "tile/split");
+                eprintln!(
+                    "  portable M={m:<3} N={n:<5} K={k:<5} {input} BM={:<3} splits={splits:?}: rel err {err:.2e}, worst ({}, {}) |d| {d:.3e} got {} want {:.4e}",
+                    32 * mt,
+                    worst / n,
+                    worst % n,
+                    got[worst],
+                    want[worst]
+                );
+                if !(err < 1e-5) {
+                    bad.push(format!(
+                        "M={m} N={n} K={k} BM={} splits={splits:?}: {err:.2e}",
+                        32 * mt
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "f32-output errors above 1e-5:\n{}",
+        bad.join("\n")
+    );
+}

@@ -100,12 +100,12 @@ fn block_scale_layouts() {
         weight_scale: ScaleMode::Blk128x128,
         act_scale: ScaleMode::Vec128,
     };
-    let mut plan = Fp8GemmPlan::new(&lt, shape).unwrap();
     let mut errs = Vec::new();
     for (an, a) in &act_layouts {
         for (wn, wv) in &w_layouts {
             let asd = DeviceBuffer::from_host(&gpu, a).unwrap();
             let wsd = DeviceBuffer::from_host(&gpu, wv).unwrap();
+            let mut plan = Fp8GemmPlan::new(&lt, shape, wsd.ptr(), asd.ptr()).unwrap();
             let mut out = DeviceBuffer::<bf16>::zeros(&gpu, m * n).unwrap();
             out.fill_bytes(0xff).unwrap();
             // SAFETY: every buffer holds what the shape and scale modes read (padded

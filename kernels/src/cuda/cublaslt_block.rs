@@ -157,7 +157,7 @@ impl Fp8Kernel for CublasLtBlockFp8 {
                 weight_scale: ScaleMode::Blk128x128,
                 act_scale: ScaleMode::Vec128,
             };
-            let plan = Fp8GemmPlan::new(&st.lt, shape).map_err(be(NAME))?;
+            let plan = Fp8GemmPlan::new(&st.lt, shape, st.bs.ptr(), a_s).map_err(be(NAME))?;
             st.plans.insert(m, plan);
         }
         let plan = st.plans.get_mut(&m).expect("inserted above");

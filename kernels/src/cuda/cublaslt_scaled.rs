@@ -185,8 +185,10 @@ impl State {
                 weight_scale: modes.0,
                 act_scale: modes.1,
             };
-            self.plans
-                .insert(m, Fp8GemmPlan::new(&self.lt, shape).map_err(be(kernel))?);
+            self.plans.insert(
+                m,
+                Fp8GemmPlan::new(&self.lt, shape, self.ws.ptr(), a_s).map_err(be(kernel))?,
+            );
         }
         let plan = self.plans.get_mut(&m).expect("inserted above");
         // SAFETY: weight n*ldk bytes with its scales, activations m*ldk bytes with theirs,

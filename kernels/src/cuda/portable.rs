@@ -29,6 +29,7 @@ const NAME: &str = "PortableBlockFp8";
 pub struct PortableBlockFp8 {
     config: LayerConfig,
     state: Option<State>,
+    forced: (Option<u32>, Option<usize>),
 }
 
 /// One compiled tile configuration.
@@ -59,7 +60,15 @@ impl PortableBlockFp8 {
         Ok(PortableBlockFp8 {
             config: *config,
             state: None,
+            forced: (None, None),
         })
+    }
+
+    /// Forces the tile height (`mt` m16 tiles per warp: BM = 32 * mt, one of 1, 2, 4) and
+    /// the split-K factor (clamped to the K-block count) instead of choosing them from M and
+    /// the SM count; for tests and tuning. `None` keeps the automatic choice.
+    pub fn force_launch(&mut self, mt: Option<u32>, splits: Option<usize>) {
+        self.forced = (mt, splits);
     }
 }
 
@@ -235,19 +244,19 @@ impl Fp8Kernel for PortableBlockFp8 {
         }
         .map_err(be(NAME))?;
 
-        let v = match m {
-            0..=32 => &st.variants[0],
-            33..=64 => &st.variants[1],
+        let v = match (self.forced.0, m) {
+            (Some(1), _) | (None, 0..=32) => &st.variants[0],
+            (Some(2), _) | (None, 33..=64) => &st.variants[1],
             _ => &st.variants[2],
         };
         let bm = 32 * v.mt as usize;
         let (gn, gm) = (n.div_ceil(128), m.div_ceil(bm));
         let tiles = gn * gm;
         let sms = gpu.device().sm_count.max(1) as usize;
-        let mut splits = if tiles >= sms {
-            1
-        } else {
-            (2 * sms).div_ceil(tiles).min(kb)
+        let mut splits = match self.forced.1 {
+            Some(s) => s.clamp(1, kb),
+            None if tiles >= sms => 1,
+            None => (2 * sms).div_ceil(tiles).min(kb),
         };
         let kb_per_split = kb.div_ceil(splits.max(1));
         splits = kb.div_ceil(kb_per_split);

@@ -116,10 +116,11 @@ impl ActQuant {
             ScaleOrder::RowMajor => (groups as i64, 1),
             ScaleOrder::ColMajor => (1, m as i64),
         };
-        let align = if t == 0 { 16 } else { 8 };
-        let vec: i32 = (k.is_multiple_of(4) && x.is_multiple_of(align)) as i32;
-        let warps = (m as u64) * groups as u64;
-        let blocks = u32::try_from(warps.div_ceil(8))
+        // 16-byte loads: 8 elements of 16-bit input, or 2 x 4 of f32.
+        let vec: i32 =
+            (x.is_multiple_of(16) && k.is_multiple_of(if t == 0 { 4 } else { 8 })) as i32;
+        let threads = (m as u64) * groups as u64 * 16;
+        let blocks = u32::try_from(threads.div_ceil(256))
             .map_err(|_| CudaError::InvalidArgument("too many groups".into()))?;
         let (mi, ki, ldqi) = (i32_of("M", m)?, i32_of("K", k)?, i32_of("ldq", ldq)?);
         let st = self.gpu.borrow_stream(stream);

@@ -29,24 +29,18 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
 }
 
 // e4m3fn encoding: round to nearest even, saturate to +-448 (infinities too), NaN -> 0x7f with
-// the sign kept. Bit-identical to fp8_linear_core::fp8::f32_to_e4m3.
+// the sign kept. Bit-identical to fp8_linear_core::fp8::f32_to_e4m3 (the hardware
+// cvt.rn.satfinite.e4m3x2.f32 is not used: it disagreed with RNE on rare inputs on sm_90).
+// Normal range: RNE to 3 mantissa bits as an integer add on the f32 bits, then rebias the
+// exponent (127 -> 7); below 2^-6 the spacing is 2^-9: round a * 512 (exact scaling).
 __device__ __forceinline__ u32 f32_to_e4m3(float x) {
-    u32 sign = (__float_as_uint(x) >> 24) & 0x80u;
+    const u32 sign = (__float_as_uint(x) >> 24) & 0x80u;
     if (x != x) return 0x7fu | sign;
-#if __CUDA_ARCH__ >= 890
-    u16 r;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
-    return (u32)(r & 0xffu);
-#else
-    float a = fminf(fabsf(x), E4M3_MAX);
-    if (a < 0.015625f) return sign | (u32)__float2int_rn(a * 512.0f);
-    u32 bits = __float_as_uint(a);
-    int e = (int)(bits >> 23) - 127 + 7;
-    float scaled = __uint_as_float((bits & 0x7fffffu) | (130u << 23));
-    u32 m = (u32)__float2int_rn(scaled) - 8u;
-    if (m == 8u) { m = 0u; e += 1; }
-    return sign | ((u32)e << 3) | m;
-#endif
+    const float a = fminf(fabsf(x), E4M3_MAX);
+    const u32 ax = __float_as_uint(a);
+    const u32 code = a < 0.015625f ? (u32)__float2int_rn(a * 512.0f)
+                                   : ((ax + 0x7ffffu + ((ax >> 20) & 1u)) >> 20) - (120u << 3);
+    return sign | code;
 }
 
 // Input element loads for the three input dtypes (0 = f32, 1 = f16, 2 = bf16).
@@ -64,23 +58,28 @@ template <> struct In<2> {
     static __device__ __forceinline__ float cvt(E v) { return bf16_to_f32(v); }
 };
 
-// Loads 4 consecutive elements starting at p (vectorized when `vec`: p 4-element aligned).
+// Loads 8 consecutive elements starting at p; 16-byte vector loads when `vec` (p 16-byte
+// aligned) and all 8 are valid, else element loads of the `valid` first ones (rest 0).
 template <int T>
-__device__ __forceinline__ void load4(const typename In<T>::E* p, bool vec, int valid, float v[4]) {
-    if (vec && valid == 4) {
+__device__ __forceinline__ void load8(const typename In<T>::E* p, bool vec, int valid, float v[8]) {
+    if (vec && valid == 8) {
         if (T == 0) {
-            float4 f = *reinterpret_cast<const float4*>(p);
-            v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+            const float4 a = reinterpret_cast<const float4*>(p)[0];
+            const float4 b = reinterpret_cast<const float4*>(p)[1];
+            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
         } else {
-            uint2 u = *reinterpret_cast<const uint2*>(p);
-            v[0] = In<T>::cvt((typename In<T>::E)(u.x & 0xffffu));
-            v[1] = In<T>::cvt((typename In<T>::E)(u.x >> 16));
-            v[2] = In<T>::cvt((typename In<T>::E)(u.y & 0xffffu));
-            v[3] = In<T>::cvt((typename In<T>::E)(u.y >> 16));
+            const uint4 u = *reinterpret_cast<const uint4*>(p);
+            const u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                v[2 * j] = In<T>::cvt((typename In<T>::E)(w[j] & 0xffffu));
+                v[2 * j + 1] = In<T>::cvt((typename In<T>::E)(w[j] >> 16));
+            }
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = j < valid ? In<T>::cvt(p[j]) : 0.0f;
+        for (int j = 0; j < 8; ++j) v[j] = j < valid ? In<T>::cvt(p[j]) : 0.0f;
     }
 }
 
@@ -90,6 +89,13 @@ __device__ __forceinline__ u32 abs_bits(float x) { return __float_as_uint(x) & 0
 __device__ __forceinline__ u32 warp_max_u32(u32 v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Max over each aligned group of 16 lanes (every lane of the warp must call it).
+__device__ __forceinline__ u32 half_warp_max_u32(u32 v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 

@@ -2,40 +2,43 @@
 // scale = max(absmax, 1e-10) / 448 in f32, q = RNE-saturating e4m3 of x / scale (a true
 // IEEE division). Outputs: codes [M, ldq] (columns K..ldq zeroed), f32 scales.
 
-// 1 x 128 groups: one warp per (row, group). Scale of (row, g) at s[row * s_row + g * s_col].
+// 1 x 128 groups: 16 threads per (row, group), 8 elements each (16-byte loads for 16-bit
+// input). Scale of (row, g) at s[row * s_row + g * s_col]. Every thread takes part in the
+// shuffles; threads past the last group only skip their loads and stores.
 template <int T>
 __device__ void quant_group128(const typename In<T>::E* __restrict__ x, u8* __restrict__ q,
                                float* __restrict__ s, int M, int K, int ldq, long long s_row,
                                long long s_col, int vec) {
-    const int lane = threadIdx.x & 31;
+    const int sub = threadIdx.x & 15;
     const int groups = (K + 127) / 128;
-    const long long gid = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (gid >= (long long)M * groups) return;
-    const int row = (int)(gid / groups);
-    const int g = (int)(gid % groups);
-    const int c0 = g * 128 + lane * 4;
-    const int valid = max(0, min(4, K - c0));
-    float v[4];
-    load4<T>(x + (long long)row * K + c0, vec != 0, valid, v);
+    const long long gid = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 4;
+    const bool active = gid < (long long)M * groups;
+    const int row = active ? (int)(gid / groups) : 0;
+    const int g = active ? (int)(gid % groups) : 0;
+    const int c0 = g * 128 + sub * 8;
+    const int valid = active ? max(0, min(8, K - c0)) : 0;
+    float v[8];
+    load8<T>(x + (long long)row * K + c0, vec != 0, valid, v);
     u32 m = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) m = max(m, abs_bits(v[j]));
-    m = warp_max_u32(m);
+    for (int j = 0; j < 8; ++j) m = max(m, abs_bits(v[j]));
+    m = half_warp_max_u32(m);
+    if (!active) return;
     const float scale = scale_from_amax_bits(m);
-    if (lane == 0) s[row * s_row + g * s_col] = scale;
-    u32 packed = 0;
+    if (sub == 0) s[row * s_row + g * s_col] = scale;
+    u32 lo = 0, hi = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        u32 c = j < valid ? f32_to_e4m3(v[j] / scale) : 0u;
-        packed |= c << (8 * j);
+        lo |= (j < valid ? f32_to_e4m3(v[j] / scale) : 0u) << (8 * j);
+        hi |= (j + 4 < valid ? f32_to_e4m3(v[j + 4] / scale) : 0u) << (8 * j);
     }
     u8* out = q + (long long)row * ldq + c0;
-    if (c0 + 3 < ldq && (ldq & 3) == 0) {
-        *reinterpret_cast<u32*>(out) = packed;
+    if (c0 + 7 < ldq && (ldq & 7) == 0) {
+        *reinterpret_cast<uint2*>(out) = make_uint2(lo, hi);
     } else {
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-            if (c0 + j < ldq) out[j] = (u8)(packed >> (8 * j));
+        for (int j = 0; j < 8; ++j)
+            if (c0 + j < ldq) out[j] = (u8)((j < 4 ? lo : hi) >> (8 * (j & 3)));
     }
 }
 
