@@ -1,6 +1,7 @@
 //! Property tests (bounded fuzzing) of config and safetensors header parsing: arbitrary and
 //! mutated inputs must give `Ok` or a typed error, never a panic; whatever loads must pass
-//! the kernels' own weight checks. Each test prints how many inputs it ran.
+//! the kernels' own weight checks. Each test prints how many inputs it ran (1024 each by
+//! default; set FP8_CKPT_FUZZ_CASES for a longer run).
 
 mod common;
 
@@ -24,6 +25,11 @@ fn fuzz<S: Strategy>(
 ) where
     S::Value: std::fmt::Debug,
 {
+    // FP8_CKPT_FUZZ_CASES raises (or lowers) the bound for a longer local run.
+    let cases = std::env::var("FP8_CKPT_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
     let ran = Cell::new(0u32);
     let mut runner = TestRunner::new(Config {
         cases,
