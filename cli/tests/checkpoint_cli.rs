@@ -142,3 +142,37 @@ fn per_tensor_plan_text_and_a_broken_checkpoint() {
         "{err}"
     );
 }
+
+#[test]
+fn block_checkpoint_is_served_on_a100_and_h200() {
+    // The seed bug: on an A100 a 128x128 block checkpoint must be served (by Marlin, the
+    // only block kernel that runs on sm_80), not fail at load; an H200 gets a CUDA kernel.
+    let dir = Dir::new("a100");
+    assert!(bin(&["gen-checkpoint", dir.s(), "--layers", "1"])
+        .status
+        .success());
+    let p = bin(&[
+        "--json",
+        "plan",
+        dir.s(),
+        "--device",
+        "a100,h200",
+        "--strict",
+    ]);
+    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stdout));
+    let v = json(&p);
+    assert_eq!(v["all_served"], true);
+    for g in v["groups"].as_array().unwrap() {
+        assert_eq!(g["kernels"]["a100"]["kernel"], "MarlinFp8", "{g}");
+        let h = g["kernels"]["h200"]["kernel"].as_str().unwrap();
+        assert!(!h.starts_with("Cpu") && h != "MarlinFp8", "h200 picked {h}");
+    }
+    assert_eq!(v["totals"]["a100"]["unserved_layers"], 0);
+    // A device with no block kernel at all: the plan lists the reasons and --strict fails.
+    let p = bin(&["--json", "plan", dir.s(), "--device", "v100", "--strict"]);
+    assert_eq!(p.status.code(), Some(1));
+    let v = json(&p);
+    assert_eq!(v["all_served"], false);
+    let err = v["groups"][0]["kernels"]["v100"]["error"].as_str().unwrap();
+    assert!(err.contains("MarlinFp8"), "{err}");
+}
