@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use fp8_linear::cuda::marlin::plan::Tuning;
 use fp8_linear::cuda::runtime::cudarc;
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{CublasLtBlockFp8, MarlinFp8, PortableBlockFp8};
@@ -261,6 +262,111 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
     g.finish();
 }
 
+/// `MARLIN_PROFILE="m,n,k;m,n,k"`: two Marlin launches per shape and nothing else, for a
+/// profiler (`ncu -k regex:marlin_w8a16 ...`).
+fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
+    for part in spec.split(';').filter(|p| !p.trim().is_empty()) {
+        let v: Vec<usize> = part
+            .split(',')
+            .map(|x| x.trim().parse().expect("m,n,k"))
+            .collect();
+        let (m, n, k) = (v[0], v[1], v[2]);
+        let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+        let codes = random_codes(n * k);
+        let scales = vec![1.0f32 / 448.0; n.div_ceil(128) * k.div_ceil(128)];
+        let weights = LayerWeights {
+            weight: Tensor::fp8(&codes, [n, k]),
+            weight_scale: Tensor::f32(&scales, [n.div_ceil(128), k.div_ceil(128)]),
+            input_scale: None,
+            input_scale_ub: None,
+            bias: None,
+        };
+        let mut marlin = MarlinFp8::new(&cfg, MarlinFp8::LAYER_PARAMS).unwrap();
+        marlin.process_weights(&weights).unwrap();
+        let x: Vec<bf16> = (0..m * k)
+            .map(|i| bf16::from_f32((i % 7) as f32 - 3.0))
+            .collect();
+        let xd = DeviceBuffer::from_host(gpu, &x).unwrap();
+        let mut out = DeviceBuffer::<bf16>::zeros(gpu, m * n).unwrap();
+        for _ in 0..2 {
+            marlin
+                .apply(&xd.tensor([m, k]), &mut out.tensor_mut([m, n]))
+                .unwrap();
+        }
+        gpu.synchronize().unwrap();
+        println!("profiled M={m} N={n} K={k}");
+    }
+}
+
+/// `MARLIN_SWEEP=1`: Marlin under several tunings (pipeline depth, blocks per SM), median
+/// of 20 flushed launches each, one table.
+fn sweep(gpu: &Arc<Gpu>) {
+    let tunings = [
+        Tuning::default(),
+        Tuning {
+            depth: [2, 2, 2],
+            min_blocks: [6, 4, 3],
+        },
+        Tuning {
+            depth: [2, 2, 1],
+            min_blocks: [5, 4, 3],
+        },
+        Tuning {
+            depth: [3, 2, 2],
+            min_blocks: [6, 4, 3],
+        },
+        Tuning {
+            depth: [2, 3, 2],
+            min_blocks: [6, 3, 2],
+        },
+    ];
+    let mut flush = Flush::new(gpu);
+    let timer = EventTimer::new(gpu).unwrap();
+    println!("sweep: median us per call; tunings {tunings:?}");
+    for (n, k) in [(4096, 4096), (7168, 16384), (18432, 7168)] {
+        let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+        let codes = random_codes(n * k);
+        let scales = vec![1.0f32 / 448.0; n.div_ceil(128) * k.div_ceil(128)];
+        let weights = LayerWeights {
+            weight: Tensor::fp8(&codes, [n, k]),
+            weight_scale: Tensor::f32(&scales, [n.div_ceil(128), k.div_ceil(128)]),
+            input_scale: None,
+            input_scale_ub: None,
+            bias: None,
+        };
+        let mut rows: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+        for t in &tunings {
+            let mut marlin = MarlinFp8::new(&cfg, MarlinFp8::LAYER_PARAMS).unwrap();
+            marlin.set_tuning(*t).unwrap();
+            marlin.process_weights(&weights).unwrap();
+            for m in [1, 16, 32, 64] {
+                let x: Vec<bf16> = (0..m * k)
+                    .map(|i| bf16::from_f32((i % 7) as f32 - 3.0))
+                    .collect();
+                let xd = DeviceBuffer::from_host(gpu, &x).unwrap();
+                let mut out = DeviceBuffer::<bf16>::zeros(gpu, m * n).unwrap();
+                let mut v = Vec::new();
+                for i in 0..25 {
+                    flush.run();
+                    timer.start(gpu.stream()).unwrap();
+                    marlin
+                        .apply(&xd.tensor([m, k]), &mut out.tensor_mut([m, n]))
+                        .unwrap();
+                    let us = timer.stop(gpu.stream()).unwrap() as f64 * 1e3;
+                    if i >= 5 {
+                        v.push(us);
+                    }
+                }
+                rows.entry(m).or_default().push(median(&v));
+            }
+        }
+        for (m, v) in rows {
+            let cells: Vec<String> = v.iter().map(|x| format!("{x:7.1}")).collect();
+            println!("{n:>5}x{k:<5} M={m:<3} {}", cells.join(" "));
+        }
+    }
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
@@ -335,6 +441,14 @@ fn main() {
             return;
         }
     };
+    if std::env::var("MARLIN_SWEEP").is_ok() {
+        sweep(&gpu);
+        return;
+    }
+    if let Ok(spec) = std::env::var("MARLIN_PROFILE") {
+        profile_launches(&gpu, &spec);
+        return;
+    }
     let bw = copy_bandwidth(&gpu);
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c, &gpu);

@@ -133,6 +133,7 @@ struct Args {
     int* counters;       // per-tile arrival counters (zero between launches)
     int m, n, k, ldx, ldo;
     int ksteps, steps_per_group, groups, splits, steps_per_split, x_vec, m_base;
+    int spg_shift;       // log2(steps_per_group) when a power of two, else -1
 };
 
 template <int MT>
@@ -142,7 +143,8 @@ __device__ __forceinline__ void load_stage(Stage<MT>& st, const Args& a, int ste
 #pragma unroll
     for (int j = 0; j < 4; j++) st.w[j] = ldg_stream(wp + j * 32);
     const int g = lane >> 2, t = lane & 3;
-    st.s = ldg_cached(a.s + ((size_t)stripe * a.groups + step / a.steps_per_group) * 8 + g);
+    const int grp = a.spg_shift >= 0 ? step >> a.spg_shift : step / a.steps_per_group;
+    st.s = ldg_cached(a.s + ((size_t)stripe * a.groups + grp) * 8 + g);
     const int kk = step * 32 + 8 * t;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
@@ -316,14 +318,23 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
     epilogue<BF16, MT>(a, acc, stripe, row0, lane);
 }
 
-#define MARLIN_KERNEL(NAME, BF16, MT, DEPTH)                                                   \
-    extern "C" __global__ void __launch_bounds__(128) NAME(Args a) {                           \
+#define MARLIN_KERNEL(NAME, BF16, MT, DEPTH, MINB)                                             \
+    extern "C" __global__ void __launch_bounds__(128, MINB) NAME(Args a) {                     \
         marlin_body<BF16, MT, DEPTH>(a);                                                       \
     }
 
-MARLIN_KERNEL(marlin_w8a16_f16_mt1, 0, 1, 3)
-MARLIN_KERNEL(marlin_w8a16_f16_mt2, 0, 2, 3)
-MARLIN_KERNEL(marlin_w8a16_f16_mt4, 0, 4, 2)
-MARLIN_KERNEL(marlin_w8a16_bf16_mt1, 1, 1, 3)
-MARLIN_KERNEL(marlin_w8a16_bf16_mt2, 1, 2, 3)
-MARLIN_KERNEL(marlin_w8a16_bf16_mt4, 1, 4, 2)
+#ifndef MARLIN_D1
+#define MARLIN_D1 3
+#define MARLIN_B1 4
+#define MARLIN_D2 3
+#define MARLIN_B2 3
+#define MARLIN_D4 2
+#define MARLIN_B4 2
+#endif
+
+MARLIN_KERNEL(marlin_w8a16_f16_mt1, 0, 1, MARLIN_D1, MARLIN_B1)
+MARLIN_KERNEL(marlin_w8a16_f16_mt2, 0, 2, MARLIN_D2, MARLIN_B2)
+MARLIN_KERNEL(marlin_w8a16_f16_mt4, 0, 4, MARLIN_D4, MARLIN_B4)
+MARLIN_KERNEL(marlin_w8a16_bf16_mt1, 1, 1, MARLIN_D1, MARLIN_B1)
+MARLIN_KERNEL(marlin_w8a16_bf16_mt2, 1, 2, MARLIN_D2, MARLIN_B2)
+MARLIN_KERNEL(marlin_w8a16_bf16_mt4, 1, 4, MARLIN_D4, MARLIN_B4)

@@ -33,7 +33,7 @@ use fp8_linear_cuda::{DeviceBuffer, Gpu, ModuleSpec};
 
 use super::common::{be, default_ordinal, device_in, device_out, gpu, same_device, Scratch};
 use super::weights::small_to_host;
-use plan::LaunchPlan;
+use plan::{LaunchPlan, Tuning};
 use repack::{k_group, MarlinWeights, STRIPE};
 
 const NAME: &str = "MarlinFp8";
@@ -55,6 +55,7 @@ pub struct MarlinFp8 {
     config: LayerConfig,
     params: LayerParams<4>,
     target: Option<Capability>,
+    tuning: Tuning,
     state: Option<State>,
 }
 
@@ -71,6 +72,7 @@ struct State {
     k_pad: usize,
     groups: usize,
     steps_per_group: usize,
+    tuning: Tuning,
     work: Scratch<f32>,
     counters: Scratch<u8>,
 }
@@ -99,6 +101,7 @@ struct Args {
     steps_per_split: i32,
     x_vec: i32,
     m_base: i32,
+    spg_shift: i32,
 }
 
 // SAFETY: plain-old-data with the C layout the kernel's `Args` has.
@@ -117,6 +120,7 @@ impl MarlinFp8 {
             config: *config,
             params,
             target: None,
+            tuning: Tuning::default(),
             state: None,
         })
     }
@@ -137,13 +141,30 @@ impl MarlinFp8 {
         Ok(())
     }
 
+    /// Sets the pipeline depth and occupancy of the kernel variants (for benchmarks and
+    /// tuning; the default suits H100/H200-class GPUs). Call before `process_weights`.
+    pub fn set_tuning(&mut self, tuning: Tuning) -> Result<(), KernelError> {
+        if !tuning.is_valid() {
+            return Err(KernelError::backend(
+                NAME,
+                format!("tuning out of range (depth 1..=4, blocks 1..=8): {tuning:?}"),
+            ));
+        }
+        self.tuning = tuning;
+        Ok(())
+    }
+
     /// The layer parameter names this kernel was built with.
     pub fn params(&self) -> &LayerParams<4> {
         &self.params
     }
 }
 
-fn load_module(gpu: &Arc<Gpu>, target: Option<Capability>) -> Result<Arc<CudaModule>, KernelError> {
+fn load_module(
+    gpu: &Arc<Gpu>,
+    target: Option<Capability>,
+    tuning: &Tuning,
+) -> Result<Arc<CudaModule>, KernelError> {
     match target {
         Some(cap) if cap != gpu.capability() => {
             if !gpu.capability().at_least(cap) {
@@ -157,8 +178,10 @@ fn load_module(gpu: &Arc<Gpu>, target: Option<Capability>) -> Result<Arc<CudaMod
             }
             fp8_linear_cuda::probe::nvrtc().map_err(be(NAME))?;
             let arch = format!("--gpu-architecture=compute_{}{}", cap.major, cap.minor);
+            let mut options = vec![arch.clone(), "--std=c++17".into(), "-default-device".into()];
+            options.extend(tuning.defines());
             let opts = cudarc::nvrtc::CompileOptions {
-                options: vec![arch.clone(), "--std=c++17".into(), "-default-device".into()],
+                options,
                 ..Default::default()
             };
             let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts)
@@ -167,10 +190,13 @@ fn load_module(gpu: &Arc<Gpu>, target: Option<Capability>) -> Result<Arc<CudaMod
                 .load_module(ptx)
                 .map_err(|e| KernelError::backend(NAME, format!("loading the {arch} PTX: {e:?}")))
         }
-        _ => gpu
-            .module(&ModuleSpec::new("marlin_w8a16", SOURCE))
-            .map(|(m, _)| m)
-            .map_err(be(NAME)),
+        _ => {
+            let mut spec = ModuleSpec::new("marlin_w8a16", SOURCE);
+            for d in tuning.defines() {
+                spec = spec.option(d);
+            }
+            gpu.module(&spec).map(|(m, _)| m).map_err(be(NAME))
+        }
     }
 }
 
@@ -269,7 +295,7 @@ impl Fp8Kernel for MarlinFp8 {
             }
             _ => None,
         };
-        let module = load_module(&gpu, self.target)?;
+        let module = load_module(&gpu, self.target, &self.tuning)?;
         let names = KERNELS[usize::from(mw.bf16)];
         let load = |i: usize| {
             module
@@ -288,6 +314,7 @@ impl Fp8Kernel for MarlinFp8 {
             k_pad: mw.k_pad,
             groups: mw.groups,
             steps_per_group: mw.steps_per_group,
+            tuning: self.tuning,
             work: Scratch::default(),
             counters: Scratch::default(),
             gpu,
@@ -318,6 +345,7 @@ impl Fp8Kernel for MarlinFp8 {
             st.n_pad / STRIPE,
             st.k_pad / repack::STEP,
             st.gpu.device().sm_count as usize,
+            &st.tuning,
         );
         let (work, counters) = if p.splits > 1 {
             let w = st
@@ -355,6 +383,11 @@ impl Fp8Kernel for MarlinFp8 {
             steps_per_split: p.steps_per_split as i32,
             x_vec: i32::from(c.k.is_multiple_of(8) && xin.ptr.is_multiple_of(16)),
             m_base: 0,
+            spg_shift: if st.steps_per_group.is_power_of_two() {
+                st.steps_per_group.trailing_zeros() as i32
+            } else {
+                -1
+            },
         };
         let f = &st.funcs[p.variant()];
         // SAFETY: the stream handle comes from a live tensor of this device.

@@ -1,9 +1,44 @@
 //! The Marlin kernel's launch plan: how many 8-row M tiles each warp takes, the grid
-//! (M chunks x N stripes x K splits), and the split-K workspace.
+//! (M chunks x N stripes x K splits), and the split-K workspace; and the kernel's tuning
+//! (pipeline depth and blocks per SM of each variant).
 
-/// Blocks per SM the plan aims for (128-thread blocks; enough loads in flight to stream
-/// the weight at memory bandwidth).
-pub const BLOCKS_PER_SM: usize = 4;
+/// Pipeline depth (K steps of a warp in flight) and occupancy (128-thread blocks per SM the
+/// compiler must fit, which caps registers) of the three kernel variants, for 1, 2 and 4
+/// 8-row M tiles per warp.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// K steps in flight per warp, per variant (1..=4).
+    pub depth: [u32; 3],
+    /// Blocks per SM, per variant (1..=8); also the grid the plan aims for.
+    pub min_blocks: [u32; 3],
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            depth: [3, 3, 2],
+            min_blocks: [4, 3, 2],
+        }
+    }
+}
+
+impl Tuning {
+    /// Whether every value is in range.
+    pub fn is_valid(&self) -> bool {
+        self.depth.iter().all(|d| (1..=4).contains(d))
+            && self.min_blocks.iter().all(|b| (1..=8).contains(b))
+    }
+
+    /// The NVRTC defines that select this tuning in `marlin.cu`.
+    pub fn defines(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for (i, mt) in [1, 2, 4].iter().enumerate() {
+            v.push(format!("-DMARLIN_D{mt}={}", self.depth[i]));
+            v.push(format!("-DMARLIN_B{mt}={}", self.min_blocks[i]));
+        }
+        v
+    }
+}
 
 /// Minimum K steps (of 32) per split, so each of the 4 warps has at least 2.
 pub const MIN_STEPS_PER_SPLIT: usize = 8;
@@ -26,8 +61,8 @@ pub struct LaunchPlan {
 impl LaunchPlan {
     /// Plans a launch for `m` rows, `stripes` N stripes and `ksteps` K steps on a GPU with
     /// `sm_count` SMs: the M tile grows with M; K is split when the (chunk, stripe) tiles
-    /// alone would not fill the GPU.
-    pub fn new(m: usize, stripes: usize, ksteps: usize, sm_count: usize) -> Self {
+    /// alone would not fill the GPU's resident blocks (`tuning.min_blocks` per SM).
+    pub fn new(m: usize, stripes: usize, ksteps: usize, sm_count: usize, tuning: &Tuning) -> Self {
         let mt = if m <= 8 {
             1
         } else if m <= 16 {
@@ -37,9 +72,14 @@ impl LaunchPlan {
         };
         let chunks = m.div_ceil(8 * mt).max(1);
         let tiles = chunks * stripes.max(1);
-        let target = BLOCKS_PER_SM * sm_count.max(1);
-        // Floor: every block of the grid resident at once (one wave), no straggler wave.
-        let want = (target / tiles).max(1);
+        let variant = match mt {
+            1 => 0,
+            2 => 1,
+            _ => 2,
+        };
+        let target = tuning.min_blocks[variant].max(1) as usize * sm_count.max(1);
+        // Nearest: about one resident wave of blocks.
+        let want = ((target + tiles / 2) / tiles).max(1);
         let splits = want.min((ksteps / MIN_STEPS_PER_SPLIT).max(1)).max(1);
         let steps_per_split = ksteps.div_ceil(splits).max(1);
         let splits = ksteps.div_ceil(steps_per_split).max(1);
@@ -90,7 +130,7 @@ mod tests {
             (1, 1, 1),
             (7, 2, 9),
         ] {
-            let p = LaunchPlan::new(m, stripes, ksteps, 132);
+            let p = LaunchPlan::new(m, stripes, ksteps, 132, &Tuning::default());
             assert!(p.splits * p.steps_per_split >= ksteps);
             assert!((p.splits - 1) * p.steps_per_split < ksteps, "{p:?}");
             assert!(p.chunks * 8 * p.mt >= m);
@@ -98,9 +138,19 @@ mod tests {
                 assert!(p.steps_per_split >= MIN_STEPS_PER_SPLIT.min(ksteps));
             }
         }
-        assert_eq!(LaunchPlan::new(1, 64, 128, 132).mt, 1);
-        assert_eq!(LaunchPlan::new(16, 64, 128, 132).mt, 2);
-        assert_eq!(LaunchPlan::new(1024, 64, 128, 132).splits, 1);
-        assert!(LaunchPlan::new(1, 64, 128, 132).splits > 1);
+        assert_eq!(LaunchPlan::new(1, 64, 128, 132, &Tuning::default()).mt, 1);
+        assert_eq!(LaunchPlan::new(16, 64, 128, 132, &Tuning::default()).mt, 2);
+        assert_eq!(
+            LaunchPlan::new(1024, 64, 128, 132, &Tuning::default()).splits,
+            1
+        );
+        assert!(LaunchPlan::new(1, 64, 128, 132, &Tuning::default()).splits > 1);
+        assert!(Tuning::default().is_valid());
+        assert!(!Tuning {
+            depth: [0, 3, 2],
+            ..Tuning::default()
+        }
+        .is_valid());
+        assert_eq!(Tuning::default().defines().len(), 6);
     }
 }
