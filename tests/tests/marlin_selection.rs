@@ -76,6 +76,11 @@ fn marlin_sits_after_the_hopper_kernels_and_before_the_portable_one() {
     let p = names.iter().position(|n| *n == "PortableBlockFp8").unwrap();
     let lt = names.iter().position(|n| *n == "CublasLtBlockFp8").unwrap();
     assert!(lt < m && m < p, "{names:?}");
+    // Every kernel before Marlin is a Hopper-or-newer kernel (arch excludes sm_80..sm_89).
+    for e in &t.entries[..m] {
+        assert!(!e.arch.matches(Some(Capability::new(8, 0))), "{}", e.name);
+        assert!(!e.arch.matches(Some(Capability::new(8, 9))), "{}", e.name);
+    }
     assert_eq!(t.entries[m].priority, 4);
     let s = fp8_linear::tables::CUDA_SCALED;
     assert_eq!(
@@ -90,31 +95,46 @@ fn marlin_sits_after_the_hopper_kernels_and_before_the_portable_one() {
 
 #[test]
 fn hopper_and_ada_pick_the_fast_kernels() {
-    for (profile, want) in [
-        ("h100", "CublasLtBlockFp8"),
-        ("h200", "CublasLtBlockFp8"),
-        ("l40s", "PortableBlockFp8"),
-    ] {
-        let device = Device::profile(profile).unwrap();
-        // cuBLASLt's block-scaled GEMM needs N % 16 == 0: an aligned layer here; the ragged
-        // one goes to the portable FP8 kernel on Hopper, never to Marlin.
-        let aligned = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
-        let chosen = select_builtin(&device, &aligned, &Overrides::none()).unwrap();
-        assert_eq!(chosen.entry.name, want, "{profile}");
-        let ragged = select_builtin(&device, &block_layer(), &Overrides::none()).unwrap();
-        assert_eq!(ragged.entry.name, "PortableBlockFp8", "{profile}");
-        let ex = explain_builtin(&device, &aligned, &Overrides::none()).unwrap();
-        let marlin = ex
-            .candidates
+    let pos = |name: &str| {
+        fp8_linear::tables::CUDA_BLOCK
+            .entries
             .iter()
-            .find(|c| c.entry.name == MARLIN)
-            .unwrap();
-        // Marlin is not run on sm_89+ unless forced.
-        assert!(
-            matches!(marlin.verdict, Verdict::ArchMismatch { .. }),
-            "{profile}: {}",
-            marlin.verdict
-        );
+            .position(|e| e.name == name)
+            .unwrap()
+    };
+    for profile in ["h100", "h200", "l40s"] {
+        let device = Device::profile(profile).unwrap();
+        // An aligned layer (every fast kernel takes it) and the ragged one.
+        let aligned = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
+        for cfg in [aligned, block_layer()] {
+            let chosen = select_builtin(&device, &cfg, &Overrides::none()).unwrap();
+            assert_ne!(chosen.entry.name, MARLIN, "{profile} {cfg}");
+            if profile != "l40s" {
+                // Hopper: a kernel before Marlin in the table (a faster one) for the
+                // aligned layer.
+                if cfg == aligned {
+                    assert!(
+                        pos(chosen.entry.name) < pos(MARLIN),
+                        "{profile}: {}",
+                        chosen.entry.name
+                    );
+                }
+            } else {
+                assert_eq!(chosen.entry.name, "PortableBlockFp8", "{profile}");
+            }
+            let ex = explain_builtin(&device, &cfg, &Overrides::none()).unwrap();
+            let marlin = ex
+                .candidates
+                .iter()
+                .find(|c| c.entry.name == MARLIN)
+                .unwrap();
+            // Marlin is not run on sm_89+ unless forced.
+            assert!(
+                matches!(marlin.verdict, Verdict::ArchMismatch { .. }),
+                "{profile}: {}",
+                marlin.verdict
+            );
+        }
     }
 }
 
