@@ -46,12 +46,12 @@ grep -E "rel err|test result|panicked|FAILED" "$LOGS/tests.log" | tail -60
 [ $rc = 124 ] && { echo "tests timed out"; SAN=0; }
 if [ $SAN = 1 ]; then
     echo "== memcheck"
-    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 86 ./gpu_hopper --test-threads=1 \
-        tiny_and_odd with_bias repeated dtypes >"$LOGS/memcheck.log" 2>&1 || rc=1
+    timeout 70 compute-sanitizer --tool memcheck --error-exitcode 86 ./gpu_hopper --test-threads=1 \
+        tiny_and_odd with_bias repeated diagnose >"$LOGS/memcheck.log" 2>&1 || rc=1
     grep -E "ERROR SUMMARY|test result|Invalid|panicked" "$LOGS/memcheck.log" | head -20
     echo "== racecheck"
-    timeout 45 compute-sanitizer --tool racecheck --error-exitcode 87 ./gpu_hopper --test-threads=1 \
-        repeated >"$LOGS/racecheck.log" 2>&1 || rc=1
+    timeout 40 compute-sanitizer --tool racecheck --error-exitcode 87 ./gpu_hopper --test-threads=1 \
+        tiny_and_odd >"$LOGS/racecheck.log" 2>&1 || rc=1
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result|hazard|panicked" "$LOGS/racecheck.log" | head -20
 fi
 echo "== SASS of the NVRTC-compiled module"
@@ -64,7 +64,7 @@ for f in kernel-cache/fp8_hopper_gemm-*.cubin; do
 done
 if [ $BENCH = 1 ] && [ $rc != 124 ]; then
     echo "== bench"
-    timeout 100 ./bench_hopper >"$LOGS/bench.log" 2>&1 || rc=1
+    timeout 80 ./bench_hopper >"$LOGS/bench.log" 2>&1 || rc=1
     sed -n '/== summary/,$p' "$LOGS/bench.log"
     grep -E "failed|not run" "$LOGS/bench.log" | head
 fi

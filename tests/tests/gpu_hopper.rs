@@ -191,3 +191,121 @@ fn selected_first_on_hopper() {
     let s = fp8_linear::select_builtin(gpu.device(), &cfg, &Default::default()).unwrap();
     assert_eq!(s.entry.name, "HopperBlockFp8");
 }
+
+/// Small-M layers checked element by element: the Hopper kernel twice (run-to-run
+/// difference), the portable kernel on the same data, the GPU quantization (column-major
+/// scales) against the CPU's, and the worst elements, printed; then the usual assertion.
+#[test]
+fn diagnose_small_m() {
+    use fp8_linear::cuda::{ActQuant, PortableBlockFp8, ScaleOrder};
+    use fp8_linear_tests::gpu::upload_as;
+    let Some(gpu) = hopper("diagnose_small_m") else {
+        return;
+    };
+    let mut worst = 0f64;
+    for (m, n, k) in [
+        (3, 16, 16),
+        (3, 128, 128),
+        (37, 384, 768),
+        (37, 392, 700),
+        (7, 7748, 3884),
+        (64, 7748, 3884),
+    ] {
+        let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::F32);
+        let (w, ws) = random_block_weight(n, k, 3);
+        let weights = LayerWeights {
+            weight: Tensor::fp8(&w, [n, k]),
+            weight_scale: Tensor::f32(&ws, [n.div_ceil(128), k.div_ceil(128)]),
+            input_scale: None,
+            input_scale_ub: None,
+            bias: None,
+        };
+        let x = random_activations(m, k);
+        let mut hop = build(&HopperBlockFp8::ENTRY, &cfg, &weights).unwrap();
+        let mut port = build(&PortableBlockFp8::ENTRY, &cfg, &weights).unwrap();
+        let (h1, exact) = run(&gpu, hop.as_mut(), &cfg, &x, m).unwrap();
+        let (h2, _) = run(&gpu, hop.as_mut(), &cfg, &x, m).unwrap();
+        let (p1, _) = run(&gpu, port.as_mut(), &cfg, &x, m).unwrap();
+        let (aq, as_) = quantize_groups(&exact, m, k);
+        // GPU quantization with column-major scales against the CPU's.
+        let (xd, _) = upload_as(&gpu, &exact, DType::Bf16);
+        let kb = k.div_ceil(128);
+        let ldk = k.div_ceil(16) * 16;
+        let qd = DeviceBuffer::<u8>::zeros(&gpu, m * ldk).unwrap();
+        let sd = DeviceBuffer::<f32>::zeros(&gpu, m * kb).unwrap();
+        let quant = ActQuant::new(&gpu).unwrap();
+        let xt = xd.tensor([m, k]);
+        let xptr = match xt.data {
+            fp8_linear::Data::Device(mem, _) => mem.ptr,
+            _ => unreachable!(),
+        };
+        // SAFETY: sizes as allocated above; default stream.
+        unsafe {
+            quant
+                .group128(
+                    xptr,
+                    DType::Bf16,
+                    m,
+                    k,
+                    qd.ptr(),
+                    ldk,
+                    sd.ptr(),
+                    ScaleOrder::ColMajor,
+                    0,
+                )
+                .unwrap()
+        };
+        let (qh, sh) = (qd.to_host().unwrap(), sd.to_host().unwrap());
+        let code_mismatch = (0..m * k)
+            .filter(|&i| qh[(i / k) * ldk + i % k] != aq[i])
+            .count();
+        let scale_mismatch = (0..m * kb)
+            .filter(|&i| sh[(i % kb) * m + i / kb] != as_[i])
+            .count();
+        let rows: Vec<usize> = (0..m).collect();
+        let want = block_reference_rows(&aq, &as_, &w, &ws, n, k, &rows);
+        let nan = h1.iter().filter(|v| v.is_nan()).count();
+        let e = |g: &[f32]| fp8_linear::cpu::reference::rel_frobenius(g, &want);
+        let rerun = h1
+            .iter()
+            .zip(&h2)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        eprintln!(
+            "diag M={m} N={n} K={k}: hopper {:.2e} (rerun {:.2e}, {rerun} elements differ, \
+             {nan} NaN), portable {:.2e}; GPU quant vs CPU: {code_mismatch} codes, \
+             {scale_mismatch} scales differ",
+            e(&h1),
+            e(&h2),
+            e(&p1)
+        );
+        let mut row_err = Vec::new();
+        for r in 0..m.min(16) {
+            let g = &h1[r * n..(r + 1) * n];
+            let wv = &want[r * n..(r + 1) * n];
+            row_err.push(format!(
+                "{:.0e}",
+                fp8_linear::cpu::reference::rel_frobenius(g, wv)
+            ));
+        }
+        eprintln!("  per-row error (first 16 rows): {}", row_err.join(" "));
+        let mut idx: Vec<usize> = (0..m * n).collect();
+        idx.sort_by(|&a, &b| {
+            let da = (h1[a] as f64 - want[a]).abs();
+            let db = (h1[b] as f64 - want[b]).abs();
+            db.total_cmp(&da)
+        });
+        for &i in idx.iter().take(6) {
+            eprintln!(
+                "  worst: row {} col {}: hopper {} portable {} want {:.6}",
+                i / n,
+                i % n,
+                h1[i],
+                p1[i],
+                want[i]
+            );
+        }
+        worst = worst.max(if nan > 0 { f64::INFINITY } else { e(&h1) });
+    }
+    assert!(worst < 2e-3, "worst rel err {worst}");
+}
