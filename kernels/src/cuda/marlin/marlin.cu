@@ -323,13 +323,15 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
         marlin_body<BF16, MT, DEPTH>(a);                                                       \
     }
 
+// Pipeline depth (MARLIN_Dx) and blocks per SM (MARLIN_Bx) per variant; the host passes
+// them (plan.rs, Tuning). These defaults match Tuning::default().
 #ifndef MARLIN_D1
-#define MARLIN_D1 3
-#define MARLIN_B1 4
+#define MARLIN_D1 2
+#define MARLIN_B1 6
 #define MARLIN_D2 3
 #define MARLIN_B2 3
-#define MARLIN_D4 2
-#define MARLIN_B4 2
+#define MARLIN_D4 1
+#define MARLIN_B4 3
 #endif
 
 MARLIN_KERNEL(marlin_w8a16_f16_mt1, 0, 1, MARLIN_D1, MARLIN_B1)

@@ -15,9 +15,12 @@ pub struct Tuning {
 
 impl Default for Tuning {
     fn default() -> Self {
+        // From a sweep on an H200 (BENCHMARKS.md): decode (1 M tile) wants more resident
+        // warps over deeper per-warp pipelines; 4 M tiles want 3 blocks per SM, which
+        // leaves registers for one step in flight only.
         Tuning {
-            depth: [3, 3, 2],
-            min_blocks: [4, 3, 2],
+            depth: [2, 3, 1],
+            min_blocks: [6, 3, 3],
         }
     }
 }
