@@ -39,6 +39,7 @@ cat >"$BUNDLE/run.sh" <<'RUN'
 #   --all       also the CPU-only test binaries (default: GPU tests and the CUDA crates' unit tests)
 #   --memcheck  also run the GPU test binaries under compute-sanitizer --tool memcheck
 #   --bench     also run the GPU benchmarks (FP8_BENCH_QUICK=1 for a subset)
+# ONLY="gpu_block gpu_quant" restricts the test binaries to those names.
 # Logs go to $LOGS (else $OUT, else ./logs); FP8_RUN_TIMEOUT limits each binary (s).
 # Compiled kernels are cached in $FP8_LINEAR_CACHE_DIR (default ./kernel-cache); the second
 # run of a binary loads its kernels from there.
@@ -71,7 +72,10 @@ run_one() { # label, command...
     printf '%-34s rc=%-3s %4s passed %3s failed  %6.1fs\n' "$label" "$rc" "$p" "$f" "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')"
     if [ $rc -ne 0 ]; then grep -E "panicked|error|FAILED|ERROR SUMMARY" "$log" | head -20; fi
 }
-is_gpu() { case "$1" in gpu_*|fp8_linear|fp8_linear_cuda) return 0 ;; *) return 1 ;; esac; }
+is_gpu() {
+    if [ -n "${ONLY:-}" ]; then case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; fi
+    case "$1" in gpu_*|fp8_linear|fp8_linear_cuda) return 0 ;; *) return 1 ;; esac
+}
 export FP8_LINEAR_LOG_LOADS=1
 for t in tests/*; do
     name=$(basename "$t")

@@ -49,14 +49,18 @@ fn group128_bit_exact() {
     let q = ActQuant::new(&gpu).unwrap();
     for d in DTYPES {
         for (m, k) in SHAPES {
-            for order in [ScaleOrder::RowMajor, ScaleOrder::ColMajor] {
+            for order in [
+                ScaleOrder::RowMajor,
+                ScaleOrder::ColMajor,
+                ScaleOrder::ColMajorLd(m.div_ceil(4) * 4 + 4),
+            ] {
                 let x = nasty(m, k);
                 let (xb, exact) = upload_as(&gpu, &x, d);
                 let ldq = k.div_ceil(16) * 16;
                 let g = k.div_ceil(128);
                 let mut codes = DeviceBuffer::<u8>::zeros(&gpu, m * ldq).unwrap();
                 codes.fill_bytes(0xaa).unwrap();
-                let scales = DeviceBuffer::<f32>::zeros(&gpu, m * g).unwrap();
+                let scales = DeviceBuffer::<f32>::zeros(&gpu, (m.div_ceil(4) * 4 + 4) * g).unwrap();
                 let xm = xb.tensor([m, k]);
                 let ptr = match xm.data {
                     fp8_linear::Data::Device(mem, _) => mem.ptr,
@@ -82,6 +86,7 @@ fn group128_bit_exact() {
                         let idx = match order {
                             ScaleOrder::RowMajor => r * g + j,
                             ScaleOrder::ColMajor => j * m + r,
+                            ScaleOrder::ColMajorLd(ld) => j * ld + r,
                         };
                         assert_eq!(
                             got_s[idx].to_bits(),

@@ -15,6 +15,7 @@ use fp8_linear_core::{
     Unsupported,
 };
 use fp8_linear_cuda::cublaslt::{Fp8GemmPlan, Fp8GemmShape, Lt, ScaleMode};
+use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
 use super::common::{be, device_in, device_out, same_device, Scratch};
@@ -24,8 +25,14 @@ use super::weights::DeviceWeights;
 
 const NAME: &str = "CublasLtBlockFp8";
 
-/// The order of the activation scales cuBLASLt's VEC128 mode reads (M fastest).
+/// The order of the activation scales cuBLASLt's VEC128 mode reads (M fastest; `apply`
+/// uses it with M padded to [`M_MULTIPLE`]).
 pub const ACT_SCALE_ORDER: ScaleOrder = ScaleOrder::ColMajor;
+
+/// cuBLASLt's VEC128 / BLK128x128 FP8 GEMM takes only M that are multiples of 4 (the
+/// activation scale columns must be 16-byte aligned); other M run padded to this multiple
+/// into a scratch output, whose first M rows are then copied out.
+pub const M_MULTIPLE: usize = 4;
 
 /// Most M values whose cuBLASLt plans are kept per layer.
 const MAX_PLANS: usize = 64;
@@ -47,6 +54,8 @@ struct State {
     plans: HashMap<usize, Fp8GemmPlan>,
     q: Scratch<u8>,
     a_scales: Scratch<f32>,
+    /// Output for padded M.
+    padded_out: Scratch<half::bf16>,
 }
 
 impl CublasLtBlockFp8 {
@@ -108,6 +117,7 @@ impl Fp8Kernel for CublasLtBlockFp8 {
             plans: HashMap::new(),
             q: Scratch::default(),
             a_scales: Scratch::default(),
+            padded_out: Scratch::default(),
         });
         Ok(())
     }
@@ -126,8 +136,11 @@ impl Fp8Kernel for CublasLtBlockFp8 {
         let (k, ldk) = (c.k, st.w.ldk);
         let kb = k.div_ceil(128);
         let gpu = st.gpu.clone();
-        let q = st.q.get(&gpu, m * ldk).map_err(be(NAME))?.ptr();
-        let a_s = st.a_scales.get(&gpu, m * kb).map_err(be(NAME))?.ptr();
+        let mp = m.div_ceil(M_MULTIPLE) * M_MULTIPLE;
+        // Rows m..mp of the padded activations are whatever the scratch holds: they only
+        // reach output rows that are never copied out.
+        let q = st.q.get(&gpu, mp * ldk).map_err(be(NAME))?.ptr();
+        let a_s = st.a_scales.get(&gpu, mp * kb).map_err(be(NAME))?.ptr();
         // SAFETY: sizes as allocated above and checked by check_io; same GPU and stream.
         unsafe {
             st.quant.group128(
@@ -138,17 +151,17 @@ impl Fp8Kernel for CublasLtBlockFp8 {
                 q,
                 ldk,
                 a_s,
-                ScaleOrder::ColMajor,
+                ScaleOrder::ColMajorLd(mp),
                 out.stream,
             )
         }
         .map_err(be(NAME))?;
-        if !st.plans.contains_key(&m) {
+        if !st.plans.contains_key(&mp) {
             if st.plans.len() >= MAX_PLANS {
                 st.plans.clear();
             }
             let shape = Fp8GemmShape {
-                m,
+                m: mp,
                 n: c.n,
                 k: ldk,
                 ld_weight: ldk,
@@ -158,13 +171,33 @@ impl Fp8Kernel for CublasLtBlockFp8 {
                 act_scale: ScaleMode::Vec128,
             };
             let plan = Fp8GemmPlan::new(&st.lt, shape, st.bs.ptr(), a_s).map_err(be(NAME))?;
-            st.plans.insert(m, plan);
+            st.plans.insert(mp, plan);
         }
-        let plan = st.plans.get_mut(&m).expect("inserted above");
-        // SAFETY: weight n*ldk bytes, scales in BLK128x128 layout, activations m*ldk bytes,
-        // activation scales kb*m floats, output m*n bf16 (check_io); all on this GPU.
-        unsafe { plan.run(st.w.codes.ptr(), st.bs.ptr(), q, a_s, out.ptr, out.stream) }
-            .map_err(be(NAME))
+        let target = if mp == m {
+            out.ptr
+        } else {
+            st.padded_out.get(&gpu, mp * c.n).map_err(be(NAME))?.ptr()
+        };
+        let plan = st.plans.get_mut(&mp).expect("inserted above");
+        // SAFETY: weight n*ldk bytes, scales in BLK128x128 layout, activations mp*ldk bytes,
+        // activation scales kb*mp floats, output mp*n bf16 (the scratch when padded, else
+        // the output, checked by check_io); all on this GPU.
+        unsafe { plan.run(st.w.codes.ptr(), st.bs.ptr(), q, a_s, target, out.stream) }
+            .map_err(be(NAME))?;
+        if mp != m {
+            // SAFETY: the first m rows (m*n bf16, contiguous) of the scratch into the output,
+            // which holds m*n elements (check_io); same stream.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(
+                    out.ptr,
+                    target,
+                    m * c.n * 2,
+                    out.stream as cudarc::driver::sys::CUstream,
+                )
+            }
+            .map_err(|e| KernelError::backend(NAME, format!("copying the padded output: {e:?}")))?;
+        }
+        Ok(())
     }
 
     fn name(&self) -> &'static str {

@@ -23,6 +23,8 @@ pub enum ScaleOrder {
     RowMajor,
     /// `s[g * M + m]` (M fastest, as cuBLASLt's VEC128 mode wants).
     ColMajor,
+    /// `s[g * ld + m]` with `ld >= M` (M fastest, rows padded, e.g. to a multiple of 4).
+    ColMajorLd(usize),
 }
 
 /// The quantization kernels, loaded on one GPU.
@@ -115,6 +117,12 @@ impl ActQuant {
         let (s_row, s_col): (i64, i64) = match order {
             ScaleOrder::RowMajor => (groups as i64, 1),
             ScaleOrder::ColMajor => (1, m as i64),
+            ScaleOrder::ColMajorLd(ld) if ld >= m => (1, ld as i64),
+            ScaleOrder::ColMajorLd(ld) => {
+                return Err(CudaError::InvalidArgument(format!(
+                    "scale leading dimension {ld} < M = {m}"
+                )))
+            }
         };
         // 16-byte loads: 8 elements of 16-bit input, or 2 x 4 of f32.
         let vec: i32 =

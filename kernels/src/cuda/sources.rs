@@ -70,6 +70,40 @@ mod tests {
         }
     }
 
+    /// A port of the device's `div_by_scale` (Markstein step with a correctly rounded
+    /// reciprocal) gives the same e4m3 code as an IEEE division for scales as the kernels
+    /// make them and activations in and far outside their range.
+    #[test]
+    fn device_division_gives_ieee_codes() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for i in 0..3_000_000u64 {
+            let bits = next();
+            let amax = f32::from_bits((bits as u32) & 0x7f7f_ffff);
+            let scale = amax.max(1e-10) / 448.0;
+            let frac = ((bits >> 32) as u32 >> 8) as f32 / (1u32 << 24) as f32;
+            let x = if i % 3 == 0 {
+                f32::from_bits((bits >> 32) as u32 & 0x7fff_ffff).min(amax)
+            } else {
+                (frac * 2.0 - 1.0) * amax
+            };
+            let r = 1.0 / scale;
+            let q0 = x * r;
+            let q = ((-q0).mul_add(scale, x)).mul_add(r, q0);
+            let q = if q == 0.0 { 0f32.copysign(x) } else { q };
+            assert_eq!(
+                device_encoder(q),
+                fp8_linear_core::fp8::f32_to_e4m3(x / scale),
+                "x = {x:e}, scale = {scale:e}"
+            );
+        }
+    }
+
     /// Compiles every module for sm_89 and sm_90 when NVRTC is installed (no GPU needed);
     /// prints why it skipped otherwise.
     #[test]

@@ -43,6 +43,17 @@ __device__ __forceinline__ u32 f32_to_e4m3(float x) {
     return sign | code;
 }
 
+// x / s, correctly rounded, with r = __frcp_rn(s) computed once per scale: one Markstein
+// correction step (q0 = x r, e = x - q0 s exactly by FMA, q = q0 + e r) instead of the
+// division routine. Equal to IEEE x / s for every x whose quotient is not far below
+// 2^-100 (there the e4m3 code is 0 either way); zero keeps the sign of x.
+__device__ __forceinline__ float div_by_scale(float x, float s, float r) {
+    const float q0 = __fmul_rn(x, r);
+    const float e = fmaf(-q0, s, x);
+    const float q = fmaf(e, r, q0);
+    return q == 0.0f ? copysignf(0.0f, x) : q;
+}
+
 // Input element loads for the three input dtypes (0 = f32, 1 = f16, 2 = bf16).
 template <int T> struct In;
 template <> struct In<0> {

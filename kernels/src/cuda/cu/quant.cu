@@ -1,6 +1,6 @@
 // Dynamic activation quantization to e4m3, bit-identical to kernels/src/cpu/quantize.rs:
-// scale = max(absmax, 1e-10) / 448 in f32, q = RNE-saturating e4m3 of x / scale (a true
-// IEEE division). Outputs: codes [M, ldq] (columns K..ldq zeroed), f32 scales.
+// scale = max(absmax, 1e-10) / 448 in f32, q = RNE-saturating e4m3 of x / scale (correctly rounded,
+// see div_by_scale). Outputs: codes [M, ldq] (columns K..ldq zeroed), f32 scales.
 
 // 1 x 128 groups: 16 threads per (row, group), 8 elements each (16-byte loads for 16-bit
 // input). Scale of (row, g) at s[row * s_row + g * s_col]. Every thread takes part in the
@@ -25,12 +25,13 @@ __device__ void quant_group128(const typename In<T>::E* __restrict__ x, u8* __re
     m = half_warp_max_u32(m);
     if (!active) return;
     const float scale = scale_from_amax_bits(m);
+    const float rcp = __frcp_rn(scale);
     if (sub == 0) s[row * s_row + g * s_col] = scale;
     u32 lo = 0, hi = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        lo |= (j < valid ? f32_to_e4m3(v[j] / scale) : 0u) << (8 * j);
-        hi |= (j + 4 < valid ? f32_to_e4m3(v[j + 4] / scale) : 0u) << (8 * j);
+        lo |= (j < valid ? f32_to_e4m3(div_by_scale(v[j], scale, rcp)) : 0u) << (8 * j);
+        hi |= (j + 4 < valid ? f32_to_e4m3(div_by_scale(v[j + 4], scale, rcp)) : 0u) << (8 * j);
     }
     u8* out = q + (long long)row * ldq + c0;
     if (c0 + 7 < ldq && (ldq & 7) == 0) {
@@ -64,9 +65,10 @@ __device__ void quant_rows(const typename In<T>::E* __restrict__ x, u8* __restri
             scale = scale != scale ? ubs : fminf(scale, ubs);
         }
         if (threadIdx.x == 0) s[row] = scale;
+        const float rcp = __frcp_rn(scale);
         u8* qr = q + (long long)row * ldq;
         for (int c = threadIdx.x; c < ldq; c += blockDim.x)
-            qr[c] = c < K ? (u8)f32_to_e4m3(In<T>::cvt(xr[c]) / scale) : (u8)0;
+            qr[c] = c < K ? (u8)f32_to_e4m3(div_by_scale(In<T>::cvt(xr[c]), scale, rcp)) : (u8)0;
     }
 }
 
@@ -90,6 +92,7 @@ __device__ void quant_tensor(const typename In<T>::E* __restrict__ x, u8* __rest
                              const u32* __restrict__ amax_bits, float* __restrict__ s_rows,
                              float* __restrict__ s_one) {
     const float sc = amax_bits != 0 ? scale_from_amax_bits(*amax_bits) : *scale;
+    const float rcp = __frcp_rn(sc);
     for (int row = blockIdx.y; row < M; row += gridDim.y) {
         if (blockIdx.x == 0 && threadIdx.x == 0) {
             if (s_rows != 0) s_rows[row] = sc;
@@ -98,7 +101,7 @@ __device__ void quant_tensor(const typename In<T>::E* __restrict__ x, u8* __rest
         const typename In<T>::E* xr = x + (long long)row * K;
         u8* qr = q + (long long)row * ldq;
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < ldq; c += gridDim.x * blockDim.x)
-            qr[c] = c < K ? (u8)f32_to_e4m3(In<T>::cvt(xr[c]) / sc) : (u8)0;
+            qr[c] = c < K ? (u8)f32_to_e4m3(div_by_scale(In<T>::cvt(xr[c]), sc, rcp)) : (u8)0;
     }
 }
 
