@@ -256,3 +256,37 @@ fn config_checks_give_reasons() {
     ))
     .is_ok());
 }
+
+#[test]
+fn process_weights_without_a_gpu_is_an_error_value() {
+    // On a machine without a CUDA driver (CI), loading the weights reports why instead of
+    // panicking; on a GPU host the GPU tests (gpu_marlin.rs) cover this path.
+    if fp8_linear::cuda::runtime::gpu(0).is_ok() {
+        eprintln!("a GPU is present: covered by gpu_marlin.rs");
+        return;
+    }
+    let (n, k) = (64, 128);
+    let c = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+    let codes = vec![0x38u8; n * k];
+    let scales = vec![1.0f32; 1];
+    let w = fp8_linear::LayerWeights {
+        weight: Tensor::fp8(&codes, [n, k]),
+        weight_scale: Tensor::f32(&scales, [1, 1]),
+        input_scale: None,
+        input_scale_ub: None,
+        bias: None,
+    };
+    let mut kernel = MarlinFp8::new(&c, MarlinFp8::LAYER_PARAMS).unwrap();
+    let r = kernel.process_weights(&w);
+    assert!(matches!(r, Err(KernelError::Backend { .. })), "{r:?}");
+    // Bad weights are rejected before the GPU is looked for.
+    let short = fp8_linear::LayerWeights {
+        weight: Tensor::fp8(&codes[..100], [n, k]),
+        ..w
+    };
+    let r = kernel.process_weights(&short);
+    assert!(
+        matches!(r, Err(KernelError::BufferTooSmall { .. })),
+        "{r:?}"
+    );
+}
