@@ -117,8 +117,9 @@ pub const fn k_group(group: GroupShape) -> Option<Option<usize>> {
 }
 
 /// Repacks an FP8 weight `[n, k]` (row-major codes) into the kernel's tile layout, with N
-/// padded to [`STRIPE`] and K to [`STEP`] by zero codes.
+/// padded to [`STRIPE`] and K to [`STEP`] by zero codes. Stripes are repacked in parallel.
 pub fn repack_weight(codes: &[u8], n: usize, k: usize) -> Vec<u8> {
+    use rayon::prelude::*;
     let n_pad = n.div_ceil(STRIPE) * STRIPE;
     let k_pad = k.div_ceil(STEP) * STEP;
     let ksteps = k_pad / STEP;
@@ -130,25 +131,27 @@ pub fn repack_weight(codes: &[u8], n: usize, k: usize) -> Vec<u8> {
             0
         }
     };
-    for stripe in 0..n_pad / STRIPE {
-        for step in 0..ksteps {
-            for tile in 0..4 {
-                for lane in 0..32 {
-                    let (g, t) = (lane / 4, lane % 4);
-                    let base = (((stripe * ksteps + step) * 4 + tile) * 32 + lane) * 16;
-                    for word in 0..4 {
-                        let row = stripe * STRIPE + tile * 16 + g + 8 * (word & 1);
-                        let k0 = step * STEP + 8 * t + 4 * (word >> 1);
-                        let o = base + word * 4;
-                        out[o] = at(row, k0);
-                        out[o + 1] = at(row, k0 + 2);
-                        out[o + 2] = at(row, k0 + 1);
-                        out[o + 3] = at(row, k0 + 3);
+    out.par_chunks_mut(ksteps * STEP_BYTES)
+        .enumerate()
+        .for_each(|(stripe, chunk)| {
+            for step in 0..ksteps {
+                for tile in 0..4 {
+                    for lane in 0..32 {
+                        let (g, t) = (lane / 4, lane % 4);
+                        let base = ((step * 4 + tile) * 32 + lane) * 16;
+                        for word in 0..4 {
+                            let row = stripe * STRIPE + tile * 16 + g + 8 * (word & 1);
+                            let k0 = step * STEP + 8 * t + 4 * (word >> 1);
+                            let o = base + word * 4;
+                            chunk[o] = at(row, k0);
+                            chunk[o + 1] = at(row, k0 + 2);
+                            chunk[o + 2] = at(row, k0 + 1);
+                            chunk[o + 3] = at(row, k0 + 3);
+                        }
                     }
                 }
             }
-        }
-    }
+        });
     out
 }
 
