@@ -48,13 +48,10 @@ struct State {
     bs: DeviceBuffer<f32>,
     quant: ActQuant,
     variants: Vec<Variant>,
+    finalize: [CudaFunction; 3],
     q: Scratch<u8>,
     a_scales: Scratch<f32>,
-    /// Split-K partial tiles `[splits, m, n]`.
     ws: Scratch<f32>,
-    /// Per-tile arrival counters for split-K (zero between launches; the kernel resets
-    /// them), as 32-bit words.
-    counters: Scratch<f32>,
 }
 
 impl PortableBlockFp8 {
@@ -183,16 +180,24 @@ impl Fp8Kernel for PortableBlockFp8 {
             .into_iter()
             .map(|mt| load_variant(&gpu, mt, optin))
             .collect::<Result<Vec<_>, _>>()?;
+        let m0 = &variants[0]._module;
+        let fin = |s: &str| {
+            m0.load_function(&format!("splitk_finalize_{s}"))
+                .map_err(|e| {
+                    KernelError::backend(NAME, format!("loading splitk_finalize_{s}: {e:?}"))
+                })
+        };
+        let finalize = [fin("f32")?, fin("f16")?, fin("bf16")?];
         self.state = Some(State {
             gpu,
             w,
             bs,
             quant,
             variants,
+            finalize,
             q: Scratch::default(),
             a_scales: Scratch::default(),
             ws: Scratch::default(),
-            counters: Scratch::default(),
         });
         Ok(())
     }
@@ -263,12 +268,24 @@ impl Fp8Kernel for PortableBlockFp8 {
             ));
         }
         let oi = float_index("output", c.output_dtype)?;
-        let (ws, counters) = if splits > 1 {
-            let ws = st.ws.get(&gpu, splits * m * n).map_err(be(NAME))?.ptr();
-            let counters = st.counters.get(&gpu, tiles).map_err(be(NAME))?.ptr();
-            (ws, counters)
+        let ws = if splits > 1 {
+            let buf = st.ws.get(&gpu, m * n).map_err(be(NAME))?;
+            let p = buf.ptr();
+            // SAFETY: p addresses at least m*n floats of this GPU.
+            unsafe {
+                cudarc::driver::result::memset_d8_async(
+                    p,
+                    0,
+                    m * n * 4,
+                    stream as cudarc::driver::sys::CUstream,
+                )
+            }
+            .map_err(|e| {
+                KernelError::backend(NAME, format!("clearing the split-K workspace: {e:?}"))
+            })?;
+            p
         } else {
-            (0u64, 0u64)
+            0u64
         };
         let bias = st.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
         let (wptr, bsptr) = (st.w.codes.ptr(), st.bs.ptr());
@@ -277,8 +294,7 @@ impl Fp8Kernel for PortableBlockFp8 {
         let kbs = kb_per_split as i32;
         // SAFETY: the stream belongs to this GPU (checked ordinal); every pointer addresses
         // memory of the sizes the kernel reads/writes (A m*ldk, As m*kb, B n*ldk, Bs
-        // ceil(n/128)*kb, out m*n, ws splits*m*n and one counter per tile when split);
-        // masking keeps accesses in bounds.
+        // ceil(n/128)*kb, out m*n, ws m*n when split); masking keeps accesses in bounds.
         unsafe {
             let s = gpu.borrow_stream(stream);
             let mut b = s.launch_builder(&v.gemm[oi]);
@@ -290,7 +306,6 @@ impl Fp8Kernel for PortableBlockFp8 {
                 .arg(&bsptr)
                 .arg(&out.ptr)
                 .arg(&ws)
-                .arg(&counters)
                 .arg(&bias);
             b.arg(&mi).arg(&ni).arg(&ki).arg(&kpi).arg(&kbs);
             b.launch(LaunchConfig {
@@ -304,6 +319,19 @@ impl Fp8Kernel for PortableBlockFp8 {
                     format!("launching block_gemm (BM={bm}, {} stages): {e:?}", v.stages),
                 )
             })?;
+            if splits > 1 {
+                let blocks = ((m * n).div_ceil(256)).min(4096) as u32;
+                let mut f = s.launch_builder(&st.finalize[oi]);
+                f.arg(&ws).arg(&out.ptr).arg(&bias).arg(&mi).arg(&ni);
+                f.launch(LaunchConfig {
+                    grid_dim: (blocks, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+                .map_err(|e| {
+                    KernelError::backend(NAME, format!("launching splitk_finalize: {e:?}"))
+                })?;
+            }
         }
         Ok(())
     }

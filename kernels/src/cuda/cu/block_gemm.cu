@@ -8,9 +8,8 @@
 //
 // A: [M, lda] e4m3 codes (lda % 16 == 0, columns K..kp zero), As: [M, Kb] row-major f32.
 // B: [N, ldb] e4m3 codes (ldb % 16 == 0, columns K..kp zero), Bs: [ceil(N/128), Kb] f32.
-// Tile BM x 128 x 128 (BM = 32 * MT), 8 warps as 2 (M) x 4 (N). Split-K over blockIdx.z:
-// partial tiles go to an f32 workspace [splits, M, N]; the last split of each tile (a
-// per-tile counter, zero between launches) reduces them and writes the output.
+// Tile BM x 128 x 128 (BM = 32 * MT), 8 warps as 2 (M) x 4 (N). Split-K over blockIdx.z
+// accumulates into an f32 workspace with atomics; `splitk_finalize` converts it.
 
 #ifndef MT
 #define MT 4
@@ -46,10 +45,8 @@ __device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2,
                  : "r"(addr));
 }
 
-// Not volatile: a pure function of its registers, so the compiler may interleave it with the
-// next fragment loads.
 __device__ __forceinline__ void mma_e4m3(float* c, const u32* a, const u32* b) {
-    asm(
+    asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -57,13 +54,6 @@ __device__ __forceinline__ void mma_e4m3(float* c, const u32* a, const u32* b) {
 }
 
 // Byte offset of 16-byte chunk `ch` (0..7) of row `r` in a 128-byte-row swizzled tile.
-// A load that bypasses L1 (partials written by other blocks of the same launch).
-__device__ __forceinline__ float ld_cg(const float* p) {
-    float v;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
-}
-
 __device__ __forceinline__ u32 swz(int r, int ch) { return (u32)(r * 128 + ((ch ^ (r & 7)) << 4)); }
 
 __device__ __forceinline__ void load_tile(u32 dst, const u8* __restrict__ src, int ld, int row0,
@@ -97,8 +87,8 @@ template <int OUT>
 __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __restrict__ As,
                            const u8* __restrict__ B, int ldb, const float* __restrict__ Bs,
                            void* __restrict__ out, float* __restrict__ ws,
-                           u32* __restrict__ counters, const float* __restrict__ bias, int M,
-                           int N, int K, int kp, int kb_per_split) {
+                           const float* __restrict__ bias, int M, int N, int K, int kp,
+                           int kb_per_split) {
     extern __shared__ __align__(128) u8 smem[];
     const int Kb = (K + BK - 1) / BK;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
@@ -139,16 +129,6 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
         if (nx < nk) load(nx % STAGES, kb0 + nx);
         cp_async_commit();
         const u32 sa = stage_a(i % STAGES), sb = stage_b(i % STAGES);
-        // This K block's scales, loaded before the MMAs so their latency hides behind them.
-        const int kb = kb0 + i;
-        const float bsv = bs_row[kb];
-        float fs[MT][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            const int r0 = m0 + wm * WM + mt * 16 + g;
-            fs[mt][0] = r0 < M ? As[(long long)r0 * Kb + kb] : 0.f;
-            fs[mt][1] = r0 + 8 < M ? As[(long long)(r0 + 8) * Kb + kb] : 0.f;
-        }
 #pragma unroll
         for (int ks = 0; ks < BK / 32; ++ks) {
             u32 af[MT][4];
@@ -170,10 +150,13 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                 for (int nt = 0; nt < 4; ++nt) mma_e4m3(part[mt][nt], af[mt], bf[nt]);
         }
         // Promotion: apply this K block's scales once, in f32.
+        const int kb = kb0 + i;
+        const float bsv = bs_row[kb];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const float f0 = fs[mt][0] * bsv;
-            const float f1 = fs[mt][1] * bsv;
+            const int r0 = m0 + wm * WM + mt * 16 + g;
+            const float f0 = r0 < M ? As[(long long)r0 * Kb + kb] * bsv : 0.f;
+            const float f1 = r0 + 8 < M ? As[(long long)(r0 + 8) * Kb + kb] * bsv : 0.f;
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) {
                 tot[mt][nt][0] += part[mt][nt][0] * f0;
@@ -186,59 +169,7 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
     }
     cp_async_wait<0>();
 
-    // Split-K: every split stores its partial tile to ws[split]; the last split of a tile
-    // to arrive (per-tile counter) sums all partials in split order (deterministic), adds
-    // the bias, writes the output and resets the counter for the next launch.
-    const int splits = gridDim.z;
-    const long long plane = (long long)M * N;
-    if (splits > 1) {
-        float* mine = ws + blockIdx.z * plane;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = m0 + wm * WM + mt * 16 + g + h * 8;
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-                    const int c = n0 + wn * 32 + nt * 8 + t * 2;
-                    if (r < M && c < N) mine[(long long)r * N + c] = tot[mt][nt][h * 2];
-                    if (r < M && c + 1 < N) mine[(long long)r * N + c + 1] = tot[mt][nt][h * 2 + 1];
-                }
-            }
-        __threadfence();
-        __syncthreads();
-        __shared__ u32 arrived;
-        u32* counter = counters + blockIdx.y * gridDim.x + blockIdx.x;
-        if (threadIdx.x == 0) arrived = atomicAdd(counter, 1u);
-        __syncthreads();
-        if (arrived != (u32)(splits - 1)) return;
-        __threadfence();
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = m0 + wm * WM + mt * 16 + g + h * 8;
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-                    const int c = n0 + wn * 32 + nt * 8 + t * 2;
-                    float s0 = 0.f, s1 = 0.f;
-                    for (int z = 0; z < splits; ++z) {
-                        if (z == (int)blockIdx.z) {
-                            s0 += tot[mt][nt][h * 2];
-                            s1 += tot[mt][nt][h * 2 + 1];
-                        } else {
-                            const float* p = ws + z * plane + (long long)r * N + c;
-                            if (r < M && c < N) s0 += ld_cg(p);
-                            if (r < M && c + 1 < N) s1 += ld_cg(p + 1);
-                        }
-                    }
-                    tot[mt][nt][h * 2] = s0;
-                    tot[mt][nt][h * 2 + 1] = s1;
-                }
-            }
-        if (threadIdx.x == 0) *counter = 0u;
-    }
-
+    const bool split = gridDim.z > 1;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -251,8 +182,14 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                 if (c >= N) continue;
                 const bool both = c + 1 < N;
                 float v0 = tot[mt][nt][h * 2], v1 = tot[mt][nt][h * 2 + 1];
-                if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
-                store2<OUT>(out, (long long)r * N + c, v0, v1, both, (N & 1) == 0);
+                const long long idx = (long long)r * N + c;
+                if (split) {
+                    atomicAdd(ws + idx, v0);
+                    if (both) atomicAdd(ws + idx + 1, v1);
+                } else {
+                    if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
+                    store2<OUT>(out, idx, v0, v1, both, (N & 1) == 0);
+                }
             }
         }
     }
@@ -260,20 +197,39 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 block_gemm_f32(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
-               void* out, float* ws, u32* counters, const float* bias, int M, int N, int K, int kp,
-               int kbs) {
-    block_gemm<0>(A, lda, As, B, ldb, Bs, out, ws, counters, bias, M, N, K, kp, kbs);
+               void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
+    block_gemm<0>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 block_gemm_f16(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
-               void* out, float* ws, u32* counters, const float* bias, int M, int N, int K, int kp,
-               int kbs) {
-    block_gemm<1>(A, lda, As, B, ldb, Bs, out, ws, counters, bias, M, N, K, kp, kbs);
+               void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
+    block_gemm<1>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 block_gemm_bf16(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
-                void* out, float* ws, u32* counters, const float* bias, int M, int N, int K, int kp,
-                int kbs) {
-    block_gemm<2>(A, lda, As, B, ldb, Bs, out, ws, counters, bias, M, N, K, kp, kbs);
+                void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
+    block_gemm<2>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
 }
 
+// Split-K epilogue: out = ws (+ bias), converted to the output dtype.
+template <int OUT>
+__device__ void finalize(const float* __restrict__ ws, void* __restrict__ out,
+                         const float* __restrict__ bias, int M, int N) {
+    const long long total = (long long)M * N;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = ws[i];
+        if (bias != 0) v += bias[i % N];
+        if (OUT == 0) ((float*)out)[i] = v;
+        else ((u16*)out)[i] = OUT == 1 ? f32_to_f16(v) : f32_to_bf16(v);
+    }
+}
+extern "C" __global__ void splitk_finalize_f32(const float* ws, void* out, const float* bias, int M, int N) {
+    finalize<0>(ws, out, bias, M, N);
+}
+extern "C" __global__ void splitk_finalize_f16(const float* ws, void* out, const float* bias, int M, int N) {
+    finalize<1>(ws, out, bias, M, N);
+}
+extern "C" __global__ void splitk_finalize_bf16(const float* ws, void* out, const float* bias, int M, int N) {
+    finalize<2>(ws, out, bias, M, N);
+}
