@@ -3,7 +3,7 @@
 # test binary and the hopper bench (release), copies them stripped into the git-ignored
 # gpu-bundle/hopper/, and writes gpu-bundle/hopper/run.sh, which on an H100/H200 host runs the
 # tests with FP8_REQUIRE_CUDA=1, then compute-sanitizer memcheck and racecheck on the small
-# tests, dumps the compiled kernel's SASS facts (QGMMA count, registers, local memory), and
+# tests (synccheck too), dumps the compiled kernel's SASS facts (QGMMA count, registers, local memory), and
 # runs the benchmark last.
 #
 #   scripts/hopper-bundle.sh                    # build and bundle
@@ -41,18 +41,24 @@ PATH=$PATH:/usr/local/cuda/bin
 rc=0
 echo "== tests"
 timeout 60 ./gpu_hopper --test-threads=1 --nocapture >"$LOGS/tests.log" 2>&1 || rc=$?
-grep -E "rel err|test result|panicked|FAILED" "$LOGS/tests.log" | tail -60
+grep -E "rel err|diag M|test result|panicked|FAILED" "$LOGS/tests.log" | tail -50
 # A hang (timeout) would hang the sanitizers too: skip them.
 [ $rc = 124 ] && { echo "tests timed out"; SAN=0; }
 if [ $SAN = 1 ]; then
-    echo "== memcheck"
-    timeout 70 compute-sanitizer --tool memcheck --error-exitcode 86 ./gpu_hopper --test-threads=1 \
-        tiny_and_odd with_bias repeated diagnose >"$LOGS/memcheck.log" 2>&1 || rc=1
+    echo "== memcheck (small tests; the f32-input test alone; model shapes run last)"
+    timeout 60 compute-sanitizer --tool memcheck --error-exitcode 86 ./gpu_hopper --test-threads=1 \
+        diagnose repeated selected tiny_and_odd with_bias >"$LOGS/memcheck.log" 2>&1 || rc=1
     grep -E "ERROR SUMMARY|test result|Invalid|panicked" "$LOGS/memcheck.log" | head -20
-    echo "== racecheck"
+    timeout 40 compute-sanitizer --tool memcheck --error-exitcode 86 ./gpu_hopper --test-threads=1 \
+        dtypes >"$LOGS/memcheck-dtypes.log" 2>&1 || rc=1
+    grep -E "ERROR SUMMARY|test result|Invalid|at [a-z_0-9]+\+0x" "$LOGS/memcheck-dtypes.log" | head -8
+    echo "== racecheck, synccheck"
     timeout 40 compute-sanitizer --tool racecheck --error-exitcode 87 ./gpu_hopper --test-threads=1 \
-        tiny_and_odd >"$LOGS/racecheck.log" 2>&1 || rc=1
+        tiny_and_odd repeated >"$LOGS/racecheck.log" 2>&1 || rc=1
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result|hazard|panicked" "$LOGS/racecheck.log" | head -20
+    timeout 30 compute-sanitizer --tool synccheck --error-exitcode 88 ./gpu_hopper --test-threads=1 \
+        tiny_and_odd >"$LOGS/synccheck.log" 2>&1 || rc=1
+    grep -E "ERROR SUMMARY|test result|panicked" "$LOGS/synccheck.log" | head -5
 fi
 echo "== SASS of the NVRTC-compiled module"
 for f in kernel-cache/fp8_hopper_gemm-*.cubin; do
@@ -67,6 +73,12 @@ if [ $BENCH = 1 ] && [ $rc != 124 ]; then
     timeout 80 ./bench_hopper >"$LOGS/bench.log" 2>&1 || rc=1
     sed -n '/== summary/,$p' "$LOGS/bench.log"
     grep -E "failed|not run" "$LOGS/bench.log" | head
+fi
+if [ $SAN = 1 ]; then
+    echo "== memcheck: model shapes"
+    timeout 45 compute-sanitizer --tool memcheck --error-exitcode 86 ./gpu_hopper --test-threads=1 \
+        model_shapes >"$LOGS/memcheck-models.log" 2>&1 || rc=1
+    grep -E "ERROR SUMMARY|test result|Invalid|panicked" "$LOGS/memcheck-models.log" | head -8
 fi
 exit $rc
 RUN
