@@ -1,4 +1,5 @@
-//! cuBLASLt for FP8: one handle and a 32 MiB workspace per device, RAII wrappers for every
+//! cuBLASLt for FP8: one handle and a 32 MiB workspace per device (one more per extra stream
+//! that runs GEMMs, so GEMMs on different streams never share scratch), RAII wrappers for every
 //! descriptor, and an FP8 (e4m3) GEMM with per-tensor, outer-vector (per-row / per-column)
 //! or 1x128 / 128x128 block scales.
 //!
@@ -6,6 +7,7 @@
 //! `out[M, N] = act[M, K] @ weight[N, K]^T` is computed as the column-major
 //! `D[N, M] = op(A)[N, K] @ B[K, M]` with A = the weight (transposed), B = the activations.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
@@ -17,13 +19,15 @@ use fp8_linear_core::DType;
 use crate::error::CudaError;
 use crate::probe;
 
-/// Bytes of cuBLASLt workspace per device.
+/// Bytes of one cuBLASLt workspace (one per device, plus one per extra stream).
 pub const WORKSPACE_BYTES: usize = 32 << 20;
 
-/// The device's cuBLASLt handle and workspace.
+/// The device's cuBLASLt handle and workspaces (the default stream's, created with the
+/// handle, and one per other stream that runs a GEMM: work on one stream is ordered, so a
+/// workspace per stream is never used by two GEMMs at once).
 pub struct Lt {
     handle: Handle,
-    workspace: Mutex<CudaSlice<u8>>,
+    workspaces: Mutex<HashMap<u64, CudaSlice<u8>>>,
     stream: Arc<CudaStream>,
     _ctx: Arc<CudaContext>,
 }
@@ -64,7 +68,7 @@ impl Lt {
             .map_err(|e| CudaError::driver("allocating the cuBLASLt workspace", e))?;
         Ok(Lt {
             handle,
-            workspace: Mutex::new(workspace),
+            workspaces: Mutex::new(HashMap::from([(0u64, workspace)])),
             stream,
             _ctx: ctx,
         })
@@ -323,7 +327,26 @@ impl Fp8GemmPlan {
         )?;
         let alpha = 1f32;
         let beta = 0f32;
-        let ws = self.lt.workspace.lock().expect("workspace lock poisoned");
+        let mut map = self.lt.workspaces.lock().expect("workspace lock poisoned");
+        let ws = match map.entry(stream) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let buf = self
+                    .lt
+                    .stream
+                    .alloc_zeros::<u8>(WORKSPACE_BYTES)
+                    .map_err(|e| {
+                        CudaError::driver("allocating a cuBLASLt workspace for another stream", e)
+                    })?;
+                // The allocation is ordered on the default stream; make it complete before
+                // `stream` uses it.
+                self.lt
+                    .stream
+                    .synchronize()
+                    .map_err(|e| CudaError::driver("synchronizing a new workspace", e))?;
+                v.insert(buf)
+            }
+        };
         let (ws_ptr, _g) = ws.device_ptr(&self.lt.stream);
         lt::matmul(
             self.lt.handle.0,
