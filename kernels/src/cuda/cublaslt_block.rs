@@ -204,3 +204,27 @@ impl Fp8Kernel for CublasLtBlockFp8 {
         NAME
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weight_scale_rows_are_padded_to_four() {
+        // nb = 2, kb = 5 -> rows of 8
+        let s: Vec<f32> = (0..10).map(|v| v as f32 + 1.0).collect();
+        let out = blk128_weight_scales(&s, 2, 5);
+        assert_eq!(out.len(), 16);
+        assert_eq!(&out[..8], &[1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0, 0.0]);
+        assert_eq!(&out[8..], &[6.0, 7.0, 8.0, 9.0, 10.0, 0.0, 0.0, 0.0]);
+        // kb already a multiple of 4: unchanged
+        assert_eq!(blk128_weight_scales(&s[..8], 2, 4), s[..8].to_vec());
+    }
+
+    #[test]
+    fn m_is_padded_for_cublaslt() {
+        for (m, want) in [(1, 4), (4, 4), (7, 8), (83, 84), (200, 200)] {
+            assert_eq!(usize::div_ceil(m, M_MULTIPLE) * M_MULTIPLE, want);
+        }
+    }
+}
