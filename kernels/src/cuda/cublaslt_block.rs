@@ -220,5 +220,4 @@ mod tests {
         // kb already a multiple of 4: unchanged
         assert_eq!(blk128_weight_scales(&s[..8], 2, 4), s[..8].to_vec());
     }
-    }
 }
