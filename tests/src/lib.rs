@@ -1,8 +1,8 @@
 //! Helpers shared by the integration tests: random FP8 layers, the f64 oracle, GPU skip
 //! logic.
 
-pub mod layers;
 pub mod gpu;
+pub mod layers;
 
 /// Implements [`fp8_linear::Fp8Kernel`] for a test-only type that accepts every layer and
 /// computes nothing: the UI tests use it so each file shows only the attribute and the

@@ -37,7 +37,9 @@ const ADA: [&str; 8] = [PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, "-", "-", "-",
 /// sm_90 (Hopper): our wgmma + TMA block kernel for bf16 and f16 output.
 const HOPPER: [&str; 8] = [HOP, HOP, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-"];
 /// sm_100+ : no cuBLASLt block kernel wired (it is declared sm_90 exactly).
-const NEWER: [&str; 8] = [PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-"];
+const NEWER: [&str; 8] = [
+    PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-",
+];
 
 /// (profile, [block bf16, block f16, per-tensor-static bf16, f16, per-token bf16, f16,
 /// per-channel bf16, f16])
