@@ -2,7 +2,8 @@
 //! shared-memory ring with mbarriers, a producer warpgroup with few registers (setmaxnreg),
 //! math warpgroups issuing wgmma m64n128k32 e4m3 from 128B-swizzled descriptors, per-128-K
 //! promotion into f32 with the 1x128 activation and 128x128 weight scales, persistent tile
-//! scheduling, and split-K (f32 workspace + epilogue) when the tiles do not fill the GPU.
+//! scheduling, and split-K (each split stores its partial tile to an f32 workspace, an
+//! epilogue kernel sums them in order) when the tiles do not fill the GPU.
 //! Source: `cu/hopper_gemm.cu`.
 
 use std::sync::{Arc, OnceLock};
@@ -75,6 +76,8 @@ struct State {
     ws: Scratch<f32>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
+    /// Upper bound on K splits (`FP8_HOPPER_MAX_SPLITS`, default 16), read at load.
+    max_splits: usize,
 }
 
 impl HopperBlockFp8 {
@@ -87,27 +90,35 @@ impl HopperBlockFp8 {
     }
 }
 
-/// K splits for `tiles` output tiles and `kb` K blocks on `sms` SMs: 1 when the tiles fill
-/// the GPU, else the count (up to 16) whose work units fill the waves best; returns
-/// (splits, K blocks per split).
-pub fn plan_splits(tiles: usize, kb: usize, sms: usize) -> (usize, usize) {
+/// K splits for `tiles` output tiles (of `mn` output elements in all) and `kb` K blocks on
+/// `sms` SMs, at most `max` (<= 16): returns (splits, K blocks per split). A small cost model:
+/// a wave of CTAs takes about 0.8 us per K block (a 32 KiB tile pair at the per-SM share of
+/// L2 bandwidth, measured on an H200), and splitting costs writing and reading an f32 partial
+/// per split and output element (about 3 TB/s). No split when the tiles fill two waves.
+pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -> (usize, usize) {
     let sms = sms.max(1);
-    if tiles >= 2 * sms {
+    if tiles >= 2 * sms || kb <= 1 {
         return (1, kb);
     }
-    let mut best = (1usize, kb, 0.0f64);
-    for s in 1..=kb.min(16) {
+    let cost = |s: usize| -> (f64, usize, usize) {
         let per = kb.div_ceil(s);
         let s_eff = kb.div_ceil(per);
-        let units = tiles * s_eff;
-        let waves = units.div_ceil(sms);
-        // Fill of the last wave, with a small cost per extra split (workspace traffic).
-        let score = units as f64 / (waves * sms) as f64 - 0.02 * (s_eff - 1) as f64;
-        if score > best.2 + 1e-9 {
-            best = (s_eff, per, score);
+        let waves = (tiles * s_eff).div_ceil(sms);
+        let reduce = if s_eff > 1 {
+            (s_eff * mn * 8) as f64 / 3e6
+        } else {
+            0.0
+        };
+        (waves as f64 * per as f64 * 0.8 + reduce, s_eff, per)
+    };
+    let mut best = cost(1);
+    for s in 2..=kb.min(max.clamp(1, 16)) {
+        let c = cost(s);
+        if c.0 < best.0 * 0.97 {
+            best = c;
         }
     }
-    (best.0, best.1)
+    (best.1, best.2)
 }
 
 /// The loaded module, its two tile variants and the split-K epilogues.
@@ -200,6 +211,11 @@ impl Fp8Kernel for HopperBlockFp8 {
             a_scales: Scratch::default(),
             ws: Scratch::default(),
             ta: None,
+            max_splits: std::env::var("FP8_HOPPER_MAX_SPLITS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(16)
+                .clamp(1, 16),
         });
         Ok(())
     }
@@ -263,25 +279,16 @@ impl Fp8Kernel for HopperBlockFp8 {
         };
         let tiles = m.div_ceil(v.bm) * n.div_ceil(128);
         let sms = gpu.device().sm_count.max(1) as usize;
-        let (splits, kbps) = plan_splits(tiles, kb, sms);
+        let (splits, kbps) = plan_splits(tiles, kb, sms, m * n, st.max_splits);
         let units = tiles * splits;
         let grid = units.min(sms) as u32;
         let oi = float_index("output", c.output_dtype)?;
         let ws = if splits > 1 {
-            let p = st.ws.get(&gpu, m * n).map_err(be(NAME))?.ptr();
-            // SAFETY: p addresses at least m*n floats of this GPU.
-            unsafe {
-                cudarc::driver::result::memset_d8_async(
-                    p,
-                    0,
-                    m * n * 4,
-                    stream as cudarc::driver::sys::CUstream,
-                )
-            }
-            .map_err(|e| {
-                KernelError::backend(NAME, format!("clearing the split-K workspace: {e:?}"))
+            // Every split stores every valid element of its tiles: no clearing needed.
+            let len = (m * n).checked_mul(splits).ok_or_else(|| {
+                KernelError::backend(NAME, format!("split-K workspace of {splits} x {m} x {n}"))
             })?;
-            p
+            st.ws.get(&gpu, len).map_err(be(NAME))?.ptr()
         } else {
             0u64
         };
@@ -292,8 +299,8 @@ impl Fp8Kernel for HopperBlockFp8 {
         let tb = st.tb;
         // SAFETY: the stream belongs to this GPU (checked ordinal); the tensor maps cover A
         // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds kb*m
-        // floats, Bs ceil(n/128)*kb, out m*n elements, ws m*n floats when split; the kernel
-        // masks every store and TMA zero-fills out-of-bounds boxes.
+        // floats, Bs ceil(n/128)*kb, out m*n elements, ws splits*m*n floats when split; the
+        // kernel masks every store and TMA zero-fills out-of-bounds boxes.
         unsafe {
             let s = gpu.borrow_stream(stream);
             let mut b = s.launch_builder(&v.gemm[oi]);
@@ -322,7 +329,12 @@ impl Fp8Kernel for HopperBlockFp8 {
             if splits > 1 {
                 let blocks = ((m * n).div_ceil(256)).min(4096) as u32;
                 let mut f = s.launch_builder(&st.finalize[oi]);
-                f.arg(&ws).arg(&out.ptr).arg(&bias).arg(&mi).arg(&ni);
+                f.arg(&ws)
+                    .arg(&out.ptr)
+                    .arg(&bias)
+                    .arg(&mi)
+                    .arg(&ni)
+                    .arg(&splitsi);
                 f.launch(LaunchConfig {
                     grid_dim: (blocks, 1, 1),
                     block_dim: (256, 1, 1),
@@ -349,15 +361,20 @@ mod tests {
     #[test]
     fn splits_fill_the_gpu_without_overshooting() {
         // Many tiles: no split.
-        assert_eq!(plan_splits(1792, 56, 132), (1, 56));
-        // 32 tiles (N = 4096, M <= 64) over 56 K blocks: 4 splits of 14 -> 128 units.
-        let (s, per) = plan_splits(32, 56, 132);
+        assert_eq!(plan_splits(1792, 56, 132, 4096 * 7168, 16), (1, 56));
+        // M = 1, N = 4096 (32 tiles), 56 K blocks: one wave of at least 4 splits.
+        let (s, per) = plan_splits(32, 56, 132, 4096, 16);
         assert!(s * 32 <= 132 && s >= 4, "{s}");
         assert!(per * s >= 56 && per * (s - 1) < 56);
-        // Never more splits than K blocks.
-        assert_eq!(plan_splits(1, 1, 132), (1, 1));
-        let (s, per) = plan_splits(3, 5, 132);
+        // The cap holds; never more splits than K blocks.
+        assert_eq!(plan_splits(32, 56, 132, 4096, 1), (1, 56));
+        assert_eq!(plan_splits(1, 1, 132, 1, 16), (1, 1));
+        let (s, per) = plan_splits(3, 5, 132, 300, 16);
         assert!(s <= 5 && per * s >= 5);
+        // Large outputs split less: the partials cost more than the waves they save.
+        let (s_small, _) = plan_splits(68, 56, 132, 64 * 2112, 16);
+        let (s_large, _) = plan_splits(68, 56, 132, 4096 * 2112, 16);
+        assert!(s_large <= s_small, "{s_large} > {s_small}");
     }
 
     /// Compiles the module for sm_90a when NVRTC is installed (no GPU needed).

@@ -11,8 +11,8 @@
 // B: [N, ldk] e4m3 codes through tensor map `tb` (box 128 x 128). TMA zero-fills rows past
 // M / N and columns past ldk, so partial tiles need no masking on the load side.
 // As: [Kb, M] f32 (M fastest), Bs: [ceil(N/128), Kb] f32. Stores are masked. With more than
-// one K split, partial sums go to an f32 workspace by atomicAdd and `hopper_finalize_*`
-// converts it (the workspace must be zeroed before).
+// one K split, split s stores its partial sums to ws[s][M][N] (plain stores, every valid
+// element of its tile) and `hopper_finalize_*` sums the splits in order (deterministic).
 
 #define BN 128
 #define BK 128
@@ -122,7 +122,7 @@ __device__ __forceinline__ void put2(void* out, long long idx, float v0, float v
 // Work unit u -> (n block, m block, split): units sharing a weight tile are adjacent, so
 // CTAs running at the same time read each weight tile from HBM about once.
 struct Unit {
-    int m0, nb, kb0, kb1;
+    int m0, nb, kb0, kb1, sp;
 };
 __device__ __forceinline__ Unit unit_of(int u, int num_m, int splits, int kbps, int Kb, int bm) {
     const int sp = u % splits, t = u / splits;
@@ -131,6 +131,7 @@ __device__ __forceinline__ Unit unit_of(int u, int num_m, int splits, int kbps, 
     r.m0 = (t % num_m) * bm;
     r.kb0 = sp * kbps;
     r.kb1 = min(Kb, r.kb0 + kbps);
+    r.sp = sp;
     return r;
 }
 
@@ -200,12 +201,18 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
 #pragma unroll
         for (int i = 0; i < 64; ++i) tot[i] = 0.f;
         const float* bs_row = Bs + (long long)w.nb * Kb;
+        // Scales are loaded one K block ahead, so their latency hides behind a whole block.
+        float nbs = bs_row[w.kb0];
+        float na0 = r0 < M ? As[(long long)w.kb0 * M + r0] : 0.f;
+        float na1 = r1 < M ? As[(long long)w.kb0 * M + r1] : 0.f;
         for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
             const u32 s = it % STAGES, ph = (it / STAGES) & 1;
-            // Scales first: their loads overlap the wait and the MMAs.
-            const float bsv = bs_row[kb];
-            const float a0 = r0 < M ? As[(long long)kb * M + r0] : 0.f;
-            const float a1 = r1 < M ? As[(long long)kb * M + r1] : 0.f;
+            const float bsv = nbs, a0 = na0, a1 = na1;
+            if (kb + 1 < w.kb1) {
+                nbs = bs_row[kb + 1];
+                na0 = r0 < M ? As[(long long)(kb + 1) * M + r0] : 0.f;
+                na1 = r1 < M ? As[(long long)(kb + 1) * M + r1] : 0.f;
+            }
             mbar_wait(bars + 8 * s, ph);
             if (active) {
                 const u64 da = wgmma_desc(sa + s * A_BYTES + mw * 64 * BK);
@@ -227,6 +234,7 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
         if (!active) continue;
         // Epilogue: accumulator i sits at row r0 (i % 4 < 2) or r1, column 8 * (i / 4) + col_in
         // + (i % 2).
+        float* wsp = split ? ws + (long long)w.sp * M * N : ws;
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
             const int c = w.nb * BN + j * 8 + col_in;
@@ -239,8 +247,7 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
                 float v0 = tot[4 * j + 2 * h], v1 = tot[4 * j + 2 * h + 1];
                 const long long idx = (long long)r * N + c;
                 if (split) {
-                    atomicAdd(ws + idx, v0);
-                    if (both) atomicAdd(ws + idx + 1, v1);
+                    put2<0>(wsp, idx, v0, v1, both, (N & 1) == 0);
                 } else {
                     if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
                     put2<OUT>(out, idx, v0, v1, both, (N & 1) == 0);
@@ -266,25 +273,29 @@ HOPPER_KERNEL(hopper_gemm_bm128_f32, 2, 6, 0)
 HOPPER_KERNEL(hopper_gemm_bm128_f16, 2, 6, 1)
 HOPPER_KERNEL(hopper_gemm_bm128_bf16, 2, 6, 2)
 
-// Split-K epilogue: out = ws (+ bias), converted to the output dtype.
+// Split-K epilogue: out = sum over splits of ws[s] (+ bias), converted to the output dtype.
 template <int OUT>
 __device__ void hopper_finalize(const float* __restrict__ ws, void* __restrict__ out,
-                                const float* __restrict__ bias, int M, int N) {
+                                const float* __restrict__ bias, int M, int N, int splits) {
     const long long total = (long long)M * N;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
-        float v = ws[i];
+        float v = 0.f;
+        for (int s = 0; s < splits; ++s) v += ws[s * total + i];
         if (bias != 0) v += bias[i % N];
         if (OUT == 0) ((float*)out)[i] = v;
         else ((u16*)out)[i] = OUT == 1 ? f32_to_f16(v) : f32_to_bf16(v);
     }
 }
-extern "C" __global__ void hopper_finalize_f32(const float* ws, void* out, const float* bias, int M, int N) {
-    hopper_finalize<0>(ws, out, bias, M, N);
+extern "C" __global__ void hopper_finalize_f32(const float* ws, void* out, const float* bias, int M,
+                                              int N, int splits) {
+    hopper_finalize<0>(ws, out, bias, M, N, splits);
 }
-extern "C" __global__ void hopper_finalize_f16(const float* ws, void* out, const float* bias, int M, int N) {
-    hopper_finalize<1>(ws, out, bias, M, N);
+extern "C" __global__ void hopper_finalize_f16(const float* ws, void* out, const float* bias, int M,
+                                              int N, int splits) {
+    hopper_finalize<1>(ws, out, bias, M, N, splits);
 }
-extern "C" __global__ void hopper_finalize_bf16(const float* ws, void* out, const float* bias, int M, int N) {
-    hopper_finalize<2>(ws, out, bias, M, N);
+extern "C" __global__ void hopper_finalize_bf16(const float* ws, void* out, const float* bias, int M,
+                                              int N, int splits) {
+    hopper_finalize<2>(ws, out, bias, M, N, splits);
 }
