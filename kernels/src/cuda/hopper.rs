@@ -91,10 +91,13 @@ impl HopperBlockFp8 {
 }
 
 /// K splits for `tiles` output tiles (of `mn` output elements in all) and `kb` K blocks on
-/// `sms` SMs, at most `max` (<= 16): returns (splits, K blocks per split). A small cost model:
-/// a wave of CTAs takes about 0.8 us per K block (a 32 KiB tile pair at the per-SM share of
-/// L2 bandwidth, measured on an H200), and splitting costs writing and reading an f32 partial
-/// per split and output element (about 3 TB/s). No split when the tiles fill two waves.
+/// `sms` SMs, at most `max` (<= 16): returns (splits, K blocks per split). A cost model fitted
+/// on an H200 (BENCHMARKS.md, "GPU: Hopper wgmma block-FP8 kernel", the columns with and
+/// without splits; it reproduces those times within about 10 %): per wave of CTAs, a K block
+/// takes 0.4 us or the time to stream the wave's 16 KiB weight tiles at 4.3 TB/s, whichever
+/// is longer, and a work unit adds 1.4 us (pipeline fill, promotion, epilogue); splitting
+/// adds 6 us (the epilogue kernel) plus writing and reading an f32 partial per split and
+/// output element at about 3 TB/s. No split when the tiles fill two waves.
 pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -> (usize, usize) {
     let sms = sms.max(1);
     if tiles >= 2 * sms || kb <= 1 {
@@ -103,13 +106,18 @@ pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -
     let cost = |s: usize| -> (f64, usize, usize) {
         let per = kb.div_ceil(s);
         let s_eff = kb.div_ceil(per);
-        let waves = (tiles * s_eff).div_ceil(sms);
-        let reduce = if s_eff > 1 {
-            (s_eff * mn * 8) as f64 / 3e6
-        } else {
-            0.0
-        };
-        (waves as f64 * per as f64 * 0.8 + reduce, s_eff, per)
+        let mut left = tiles * s_eff;
+        let mut t = 0.0;
+        while left > 0 {
+            let active = left.min(sms);
+            let t_kb = ((active * 16384) as f64 / 4.3e6).max(0.4);
+            t += per as f64 * t_kb + 1.4;
+            left -= active;
+        }
+        if s_eff > 1 {
+            t += 6.0 + (s_eff * mn * 8) as f64 / 3e6;
+        }
+        (t, s_eff, per)
     };
     let mut best = cost(1);
     for s in 2..=kb.min(max.clamp(1, 16)) {
@@ -371,6 +379,11 @@ mod tests {
         assert_eq!(plan_splits(1, 1, 132, 1, 16), (1, 1));
         let (s, per) = plan_splits(3, 5, 132, 300, 16);
         assert!(s <= 5 && per * s >= 5);
+        // Choices the H200 measurements back: a short K (16 blocks) over 56 tiles is not
+        // split at M = 1 (splitting measured 1.7x slower); a long K over 32 or 144 tiles is.
+        assert_eq!(plan_splits(56, 16, 132, 7168, 16).0, 1);
+        assert!(plan_splits(32, 56, 132, 4096, 16).0 >= 3);
+        assert!(plan_splits(144, 56, 132, 18432, 16).0 > 1);
         // Large outputs split less: the partials cost more than the waves they save.
         let (s_small, _) = plan_splits(68, 56, 132, 64 * 2112, 16);
         let (s_large, _) = plan_splits(68, 56, 132, 4096 * 2112, 16);
