@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 
 use crate::run_layer::{random_weights, Executor};
 
-/// Runs the pass and saves the file; returns the measurements.
+/// Runs the pass and, when `path` is given, merges the winners into that file; returns the
+/// measurements (`bench` runs it without a file).
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     device: &Device,
@@ -19,9 +20,12 @@ pub fn run(
     iters: usize,
     overrides: &Overrides,
     exec: &mut dyn Executor,
-    path: &Path,
+    path: Option<&Path>,
 ) -> Result<Vec<Measurement>, String> {
-    let mut tuning = Tuning::load(path).map_err(|e| e.to_string())?;
+    let mut tuning = match path {
+        Some(p) => Tuning::load(p).map_err(|e| e.to_string())?,
+        None => Tuning::new(),
+    };
     let (codes, scales) = random_weights(config);
     let [sr, sc] = config.weight_scale_shape();
     let input_scale = [0.02f32];
@@ -55,38 +59,56 @@ pub fn run(
         },
     )
     .map_err(|e| e.to_string())?;
-    tuning.save(path).map_err(|e| e.to_string())?;
+    if let Some(p) = path {
+        tuning.save(p).map_err(|e| e.to_string())?;
+    }
     Ok(measurements)
 }
 
-/// Human-readable table of the measurements.
-pub fn text(config: &LayerConfig, ms: &[Measurement], path: &Path) -> String {
-    let mut s =
-        format!("layer: {config}\n\n      M  kernel                     time/call    GFLOP/s\n");
+/// Human-readable table of the measurements: time, GFLOP/s and the speed relative to the
+/// `baseline` kernel at the same M, when it was measured.
+pub fn text(
+    config: &LayerConfig,
+    ms: &[Measurement],
+    baseline: Option<&str>,
+    path: Option<&Path>,
+) -> String {
+    let mut s = format!(
+        "layer: {config}\n\n      M  kernel                     time/call    GFLOP/s  vs {}\n",
+        baseline.unwrap_or("-")
+    );
     for x in ms {
         let flops = 2.0 * (x.m * config.n * config.k) as f64;
-        let (t, r) = match &x.seconds {
+        let base = ms
+            .iter()
+            .find(|b| b.m == x.m && Some(b.kernel) == baseline)
+            .and_then(|b| b.seconds.as_ref().ok());
+        let (t, r, ratio) = match &x.seconds {
             Ok(sec) => (
                 format!("{:>9.3} ms", sec * 1e3),
                 format!("{:>9.1}", flops / sec / 1e9),
+                base.map(|b| format!("{:>6.2}x", b / sec))
+                    .unwrap_or_default(),
             ),
-            Err(e) => ("failed".into(), e.clone()),
+            Err(e) => ("failed".into(), e.clone(), String::new()),
         };
         s += &format!(
-            "{} {:>5}  {:<24} {t}  {r}\n",
+            "{} {:>5}  {:<24} {t}  {r}  {ratio}\n",
             if x.winner { "->" } else { "  " },
             x.m,
             x.kernel
         );
     }
-    s += &format!("\nwinners saved to {}\n", path.display());
+    if let Some(p) = path {
+        s += &format!("\nwinners saved to {}\n", p.display());
+    }
     s
 }
 
 /// JSON of the measurements.
-pub fn json(ms: &[Measurement], path: &Path) -> Value {
+pub fn json(ms: &[Measurement], path: Option<&Path>) -> Value {
     json!({
-        "file": path.display().to_string(),
+        "file": path.map(|p| p.display().to_string()),
         "measurements": ms.iter().map(|x| json!({
             "m": x.m, "kernel": x.kernel, "winner": x.winner,
             "seconds": x.seconds.as_ref().ok(), "error": x.seconds.as_ref().err(),

@@ -80,6 +80,23 @@ enum Command {
         #[command(flatten)]
         overrides: OverrideArgs,
     },
+    /// Time every kernel that can run a layer on this device at a few M and print
+    /// TFLOP/s and the speed relative to a baseline kernel (nothing is saved).
+    Bench {
+        /// Rows to measure, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,16,64,128,512,4096")]
+        ms: Vec<usize>,
+        /// Timed calls per kernel and M (the median counts).
+        #[arg(long, default_value_t = 10)]
+        iters: usize,
+        /// Kernel the others are compared with (default: the one `select` picks).
+        #[arg(long)]
+        baseline: Option<String>,
+        #[command(flatten)]
+        layer: LayerArgs,
+        #[command(flatten)]
+        overrides: OverrideArgs,
+    },
     /// List the device profiles and the built-in kernel tables.
     List,
 }
@@ -251,12 +268,51 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 *iters,
                 &overrides.overrides(),
                 target.executor().as_mut(),
-                &path,
+                Some(&path),
             )?;
             if cli.json {
-                println!("{:#}", autotune::json(&measured, &path));
+                println!("{:#}", autotune::json(&measured, Some(&path)));
             } else {
-                print!("{}", autotune::text(&config, &measured, &path));
+                print!("{}", autotune::text(&config, &measured, None, Some(&path)));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            ms,
+            iters,
+            baseline,
+            layer,
+            overrides,
+        } => {
+            if ms.contains(&0) {
+                return Err("every M must be at least 1".into());
+            }
+            let target = current_target(cli.json);
+            let device = target.device();
+            let config = layer.config();
+            let ov = overrides.overrides();
+            let base = match baseline {
+                Some(b) => b.clone(),
+                None => fp8_linear::select_builtin(&device, &config, &ov)
+                    .map_err(|e| e.to_string())?
+                    .entry
+                    .name
+                    .to_string(),
+            };
+            let measured = autotune::run(
+                &device,
+                &config,
+                ms,
+                *iters,
+                &ov,
+                target.executor().as_mut(),
+                None,
+            )?;
+            if cli.json {
+                println!("{:#}", autotune::json(&measured, None));
+            } else {
+                println!("device: {device}");
+                print!("{}", autotune::text(&config, &measured, Some(&base), None));
             }
             Ok(ExitCode::SUCCESS)
         }
