@@ -188,7 +188,12 @@ impl Fp8Kernel for HopperBlockFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
         // Rows are padded to 16 bytes at load (TMA's stride rule), so any K works; TMA
         // zero-fills partial tiles and the stores are masked, so any M and N work.
-        block_128_checks(config)
+        block_128_checks(config)?;
+        // Tile coordinates (up to N + 127) are 32-bit in the kernel and in TMA.
+        if config.n > i32::MAX as usize - 256 || config.k > i32::MAX as usize - 256 {
+            return Err(Unsupported::new("N and K must be below 2^31 - 256"));
+        }
+        Ok(())
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
@@ -289,6 +294,14 @@ impl Fp8Kernel for HopperBlockFp8 {
         let sms = gpu.device().sm_count.max(1) as usize;
         let (splits, kbps) = plan_splits(tiles, kb, sms, m * n, st.max_splits);
         let units = tiles * splits;
+        if units > i32::MAX as usize {
+            // The kernel numbers its work units with 32-bit integers.
+            return Err(KernelError::shape(
+                "input",
+                "[M, K] with fewer than 2^31 work units of 64 or 128 rows x 128 columns",
+                format!("{:?}", input.shape),
+            ));
+        }
         let grid = units.min(sms) as u32;
         let oi = float_index("output", c.output_dtype)?;
         let ws = if splits > 1 {
@@ -388,6 +401,20 @@ mod tests {
         let (s_small, _) = plan_splits(68, 56, 132, 64 * 2112, 16);
         let (s_large, _) = plan_splits(68, 56, 132, 4096 * 2112, 16);
         assert!(s_large <= s_small, "{s_large} > {s_small}");
+    }
+
+    #[test]
+    fn accepts_model_shapes_and_rejects_32_bit_overflow() {
+        use fp8_linear_core::DType;
+        for (n, k) in [(7748, 3884), (1, 1), (24576, 1536), (7, 16384)] {
+            let c = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+            assert!(HopperBlockFp8::can_implement(&c).is_ok(), "{n}x{k}");
+        }
+        let big = i32::MAX as usize - 100;
+        for (n, k) in [(big, 128), (128, big)] {
+            let c = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+            assert!(HopperBlockFp8::can_implement(&c).is_err(), "{n}x{k}");
+        }
     }
 
     /// Compiles the module for sm_90a when NVRTC is installed (no GPU needed).
