@@ -19,15 +19,18 @@ fp8_table! {
     pub CPU_WEIGHT_ONLY: Cpu, WeightOnly = [CpuFp8Gemm, CpuReference];
 }
 
-// CUDA tables, fastest first. Priorities leave gaps for kernels that slot in between:
-// the Hopper wgmma block kernel (1), Marlin W8A16 (4 in the block table, 1 in the scaled one).
+// CUDA tables, fastest first, as measured on an H200 (BENCHMARKS.md): cuBLASLt block-scaled
+// beats our Hopper kernel on most shapes today (0.6-1.2x at M <= 128, 0.6-0.8x at M >= 512),
+// so it goes first and the Hopper kernel serves what cuBLASLt cannot (f16/f32 output, bias).
+// `fp8-linear autotune` records per-shape winners that override this order where measured.
 #[cfg(feature = "cuda")]
 fp8_table! {
-    /// Block-scaled W8A8 on CUDA GPUs: our Hopper wgmma + TMA kernel (sm_90a), cuBLASLt
-    /// block-scaled (sm_90), then Marlin W8A16 (sm_80..sm_89: the A100 / RTX 30xx path,
-    /// weight-only with 16-bit activations), then the portable mma.sync kernel (sm_89+).
+    /// Block-scaled W8A8 on CUDA GPUs: cuBLASLt block-scaled (sm_90, bf16 output), our
+    /// Hopper wgmma + TMA kernel (sm_90a), then Marlin W8A16 (sm_80..sm_89: the A100 /
+    /// RTX 30xx path, weight-only with 16-bit activations), then the portable mma.sync
+    /// kernel (sm_89+).
     pub CUDA_BLOCK: Cuda, BlockScaled = [
-        HopperBlockFp8, CublasLtBlockFp8, MarlinFp8, PortableBlockFp8
+        CublasLtBlockFp8 => 1, HopperBlockFp8 => 3, MarlinFp8, PortableBlockFp8
     ];
     /// Per-tensor / per-token / per-channel W8A8 on CUDA GPUs: Marlin W8A16 (sm_80..sm_89,
     /// weight-only), cuBLASLt per-tensor (sm_89+), then cuBLASLt outer-vector (sm_90+).

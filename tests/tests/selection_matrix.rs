@@ -23,6 +23,7 @@ fn config(kind: &str, out: DType) -> LayerConfig {
 
 const CPU: &str = "CpuFp8Gemm";
 const HOP: &str = "HopperBlockFp8";
+const LT_BLOCK: &str = "CublasLtBlockFp8";
 const PORTABLE: &str = "PortableBlockFp8";
 const LT_TENSOR: &str = "CublasLtFp8PerTensor";
 const LT_ROW: &str = "CublasLtFp8Rowwise";
@@ -34,8 +35,11 @@ const AMPERE: [&str; 8] = [MARLIN, "-", MARLIN, "-", MARLIN, "-", MARLIN, "-"];
 
 /// sm_89 (Ada): FP8 tensor cores, no cuBLASLt outer-vector or block scales.
 const ADA: [&str; 8] = [PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, "-", "-", "-", "-"];
-/// sm_90 (Hopper): our wgmma + TMA block kernel for bf16 and f16 output.
-const HOPPER: [&str; 8] = [HOP, HOP, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-"];
+/// sm_90 (Hopper): cuBLASLt block-scaled for bf16 output (measured faster), our wgmma + TMA
+/// block kernel for f16 output.
+const HOPPER: [&str; 8] = [
+    LT_BLOCK, HOP, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-",
+];
 /// sm_100+ : no cuBLASLt block kernel wired (it is declared sm_90 exactly).
 const NEWER: [&str; 8] = [
     PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-",
