@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use fp8_linear_core::tensor::{Data, DataMut};
-use fp8_linear_core::{DType, DeviceMemory, KernelError, Tensor, TensorMut};
+use fp8_linear_core::validate::check_io;
+use fp8_linear_core::{DType, DeviceMemory, KernelError, LayerConfig, Tensor, TensorMut};
 use fp8_linear_cuda::{CudaError, Gpu};
 
 /// The device memory behind a tensor, or a typed error for host memory.
@@ -48,6 +49,36 @@ pub fn same_device(what: &'static str, m: &DeviceMemory, gpu: &Gpu) -> Result<()
                 gpu.ordinal()
             ),
         });
+    }
+    Ok(())
+}
+
+/// The checks every CUDA kernel's `apply` starts with: shapes and dtypes against the layer
+/// (returns M), then the input and the output as device memory on the layer's GPU.
+pub fn device_io(
+    kernel: &'static str,
+    config: &LayerConfig,
+    gpu: &Gpu,
+    input: &Tensor<'_>,
+    output: &TensorMut<'_>,
+) -> Result<(usize, DeviceMemory, DeviceMemory), KernelError> {
+    let m = check_io(config, input, output)?;
+    let x = device_in(kernel, "input", input)?;
+    let out = device_out(kernel, "output", output)?;
+    same_device("input", &x, gpu)?;
+    same_device("output", &out, gpu)?;
+    Ok((m, x, out))
+}
+
+/// Rejects inputs whose row count the kernels cannot index: rows are 32-bit in the kernels,
+/// and `M * N` output offsets must fit in 64 bits.
+pub fn check_row_count(input: &Tensor<'_>, m: usize, n: usize) -> Result<(), KernelError> {
+    if m > i32::MAX as usize || m.checked_mul(n).is_none_or(|v| v > i64::MAX as usize) {
+        return Err(KernelError::shape(
+            "input",
+            "[M < 2^31, K]",
+            format!("{:?}", input.shape),
+        ));
     }
     Ok(())
 }

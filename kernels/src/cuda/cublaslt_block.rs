@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
     fp8_kernel, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
     Unsupported,
@@ -18,9 +17,9 @@ use fp8_linear_cuda::cublaslt::{Fp8GemmPlan, Fp8GemmShape, Lt, ScaleMode};
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
-use super::common::{be, device_in, device_out, same_device, Scratch};
+use super::common::{be, device_io, Scratch};
 use super::portable::block_128_checks;
-use super::quant::{ActQuant, ScaleOrder};
+use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
 use super::weights::DeviceWeights;
 
 const NAME: &str = "CublasLtBlockFp8";
@@ -52,8 +51,7 @@ struct State {
     bs: DeviceBuffer<f32>,
     quant: ActQuant,
     plans: HashMap<usize, Fp8GemmPlan>,
-    q: Scratch<u8>,
-    a_scales: Scratch<f32>,
+    act: GroupQuantBuffers,
     /// Output for padded M.
     padded_out: Scratch<half::bf16>,
 }
@@ -115,8 +113,7 @@ impl Fp8Kernel for CublasLtBlockFp8 {
             bs,
             quant,
             plans: HashMap::new(),
-            q: Scratch::default(),
-            a_scales: Scratch::default(),
+            act: GroupQuantBuffers::default(),
             padded_out: Scratch::default(),
         });
         Ok(())
@@ -128,29 +125,21 @@ impl Fp8Kernel for CublasLtBlockFp8 {
             .state
             .as_mut()
             .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
-        let m = check_io(&c, input, output)?;
-        let x = device_in(NAME, "input", input)?;
-        let out = device_out(NAME, "output", output)?;
-        same_device("input", &x, &st.gpu)?;
-        same_device("output", &out, &st.gpu)?;
+        let (m, x, out) = device_io(NAME, &c, &st.gpu, input, output)?;
         let (k, ldk) = (c.k, st.w.ldk);
-        let kb = k.div_ceil(128);
         let gpu = st.gpu.clone();
         let mp = m.div_ceil(M_MULTIPLE) * M_MULTIPLE;
         // Rows m..mp of the padded activations are whatever the scratch holds: they only
         // reach output rows that are never copied out.
-        let q = st.q.get(&gpu, mp * ldk).map_err(be(NAME))?.ptr();
-        let a_s = st.a_scales.get(&gpu, mp * kb).map_err(be(NAME))?.ptr();
-        // SAFETY: sizes as allocated above and checked by check_io; same GPU and stream.
-        unsafe {
-            st.quant.group128(
+        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU, and
+        // the stream is the output's.
+        let (q, a_s) = unsafe {
+            st.act.quantize(
+                &st.quant,
+                &gpu,
                 x.ptr,
                 c.input_dtype,
-                m,
-                k,
-                q,
-                ldk,
-                a_s,
+                (m, k, mp, ldk),
                 ScaleOrder::ColMajorLd(mp),
                 out.stream,
             )

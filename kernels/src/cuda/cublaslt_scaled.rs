@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use fp8_linear_core::quant::{GroupShape, ScaleDtype};
-use fp8_linear_core::validate::{check_config_basics, check_io};
+use fp8_linear_core::validate::check_config_basics;
 use fp8_linear_core::{
     fp8_kernel, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
     Unsupported,
@@ -15,7 +15,7 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cublaslt::{Fp8GemmPlan, Fp8GemmShape, Lt, ScaleMode};
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
-use super::common::{be, device_in, device_out, same_device, Scratch};
+use super::common::{be, device_io, Scratch};
 use super::quant::ActQuant;
 use super::weights::DeviceWeights;
 
@@ -116,11 +116,7 @@ impl State {
         input: &Tensor<'_>,
         output: &mut TensorMut<'_>,
     ) -> Result<(), KernelError> {
-        let m = check_io(c, input, output)?;
-        let x = device_in(kernel, "input", input)?;
-        let out = device_out(kernel, "output", output)?;
-        same_device("input", &x, &self.gpu)?;
-        same_device("output", &out, &self.gpu)?;
+        let (m, x, out) = device_io(kernel, c, &self.gpu, input, output)?;
         let (k, ldk) = (c.k, self.w.ldk);
         let gpu = self.gpu.clone();
         let q = self.q.get(&gpu, m * ldk).map_err(be(kernel))?.ptr();

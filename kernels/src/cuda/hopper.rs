@@ -10,16 +10,15 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
-use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
     fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{DeviceBuffer, Gpu, ModuleSpec};
 
-use super::common::{be, device_in, device_out, float_index, same_device, Scratch, FLOAT_NAMES};
+use super::common::{be, check_row_count, device_io, float_index, Scratch, FLOAT_NAMES};
 use super::portable::block_128_checks;
-use super::quant::{ActQuant, ScaleOrder};
+use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
 use super::sources::COMMON;
 use super::tma::TensorMap;
 use super::weights::DeviceWeights;
@@ -71,8 +70,7 @@ struct State {
     variants: [Variant; 2],
     finalize: [CudaFunction; 3],
     _module: Arc<CudaModule>,
-    q: Scratch<u8>,
-    a_scales: Scratch<f32>,
+    act: GroupQuantBuffers,
     ws: Scratch<f32>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
@@ -220,8 +218,7 @@ impl Fp8Kernel for HopperBlockFp8 {
             variants,
             finalize,
             _module: module,
-            q: Scratch::default(),
-            a_scales: Scratch::default(),
+            act: GroupQuantBuffers::default(),
             ws: Scratch::default(),
             ta: None,
             max_splits: std::env::var("FP8_HOPPER_MAX_SPLITS")
@@ -239,36 +236,22 @@ impl Fp8Kernel for HopperBlockFp8 {
             .state
             .as_mut()
             .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
-        let m = check_io(&c, input, output)?;
-        let x = device_in(NAME, "input", input)?;
-        let out = device_out(NAME, "output", output)?;
-        same_device("input", &x, &st.gpu)?;
-        same_device("output", &out, &st.gpu)?;
+        let (m, x, out) = device_io(NAME, &c, &st.gpu, input, output)?;
         let (n, k) = (c.n, c.k);
-        if m > i32::MAX as usize || m.checked_mul(n).is_none_or(|v| v > i64::MAX as usize) {
-            return Err(KernelError::shape(
-                "input",
-                "[M < 2^31, K]",
-                format!("{:?}", input.shape),
-            ));
-        }
+        check_row_count(input, m, n)?;
         let kb = k.div_ceil(128);
         let ldk = st.w.ldk;
         let stream = out.stream;
         let gpu = st.gpu.clone();
-        let q = st.q.get(&gpu, m * ldk).map_err(be(NAME))?.ptr();
-        let a_s = st.a_scales.get(&gpu, m * kb).map_err(be(NAME))?.ptr();
-        // SAFETY: x holds m*k input elements (check_io), q m*ldk bytes, a_s m*kb floats; all
-        // on this GPU; the stream is the output's.
-        unsafe {
-            st.quant.group128(
+        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU, and
+        // the stream is the output's.
+        let (q, a_s) = unsafe {
+            st.act.quantize(
+                &st.quant,
+                &gpu,
                 x.ptr,
                 c.input_dtype,
-                m,
-                k,
-                q,
-                ldk,
-                a_s,
+                (m, k, m, ldk),
                 ScaleOrder::ColMajor,
                 stream,
             )

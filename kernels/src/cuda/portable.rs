@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
 use fp8_linear_core::quant::{GroupShape, ScaleDtype};
-use fp8_linear_core::validate::{check_config_basics, check_io};
+use fp8_linear_core::validate::check_config_basics;
 use fp8_linear_core::{
     fp8_kernel, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
     Unsupported,
@@ -16,8 +16,8 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
-use super::common::{be, device_in, device_out, float_index, same_device, Scratch, FLOAT_NAMES};
-use super::quant::{ActQuant, ScaleOrder};
+use super::common::{be, check_row_count, device_io, float_index, Scratch, FLOAT_NAMES};
+use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
 use super::sources;
 use super::weights::DeviceWeights;
 
@@ -49,8 +49,7 @@ struct State {
     quant: ActQuant,
     variants: Vec<Variant>,
     finalize: [CudaFunction; 3],
-    q: Scratch<u8>,
-    a_scales: Scratch<f32>,
+    act: GroupQuantBuffers,
     ws: Scratch<f32>,
 }
 
@@ -195,8 +194,7 @@ impl Fp8Kernel for PortableBlockFp8 {
             quant,
             variants,
             finalize,
-            q: Scratch::default(),
-            a_scales: Scratch::default(),
+            act: GroupQuantBuffers::default(),
             ws: Scratch::default(),
         });
         Ok(())
@@ -208,36 +206,22 @@ impl Fp8Kernel for PortableBlockFp8 {
             .state
             .as_mut()
             .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
-        let m = check_io(&c, input, output)?;
-        let x = device_in(NAME, "input", input)?;
-        let out = device_out(NAME, "output", output)?;
-        same_device("input", &x, &st.gpu)?;
-        same_device("output", &out, &st.gpu)?;
+        let (m, x, out) = device_io(NAME, &c, &st.gpu, input, output)?;
         let (n, k) = (c.n, c.k);
-        if m > i32::MAX as usize || m.checked_mul(n).is_none_or(|v| v > i64::MAX as usize) {
-            return Err(KernelError::shape(
-                "input",
-                "[M < 2^31, K]",
-                format!("{:?}", input.shape),
-            ));
-        }
+        check_row_count(input, m, n)?;
         let kb = k.div_ceil(128);
         let ldk = st.w.ldk;
         let stream = out.stream;
         let gpu = st.gpu.clone();
-        let q = st.q.get(&gpu, m * ldk).map_err(be(NAME))?.ptr();
-        let a_s = st.a_scales.get(&gpu, m * kb).map_err(be(NAME))?.ptr();
-        // SAFETY: x holds m*k input elements (check_io), q m*ldk bytes, a_s m*kb floats; all
-        // on this GPU; the stream is the output's.
-        unsafe {
-            st.quant.group128(
+        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU, and
+        // the stream is the output's.
+        let (q, a_s) = unsafe {
+            st.act.quantize(
+                &st.quant,
+                &gpu,
                 x.ptr,
                 c.input_dtype,
-                m,
-                k,
-                q,
-                ldk,
-                a_s,
+                (m, k, m, ldk),
                 ScaleOrder::RowMajor,
                 stream,
             )

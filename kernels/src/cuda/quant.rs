@@ -14,6 +14,7 @@ use fp8_linear_core::DType;
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{CudaError, Gpu, LoadStats};
 
+use super::common::Scratch;
 use super::sources;
 
 /// How the 1 x 128 group scales `[M, G]` are laid out.
@@ -305,5 +306,46 @@ impl ActQuant {
         })
         .map_err(|e| CudaError::driver("launching pad_rows_u8", e))?;
         Ok(())
+    }
+}
+
+/// A layer's device scratch for its quantized activations: FP8 codes with a padded row
+/// stride and the 1 x 128 group scales, grown on demand and reused across calls.
+#[derive(Default)]
+pub struct GroupQuantBuffers {
+    codes: Scratch<u8>,
+    scales: Scratch<f32>,
+}
+
+impl GroupQuantBuffers {
+    /// Quantizes `m` rows of the input `x` (`[m, k]` of `dtype`) per 1 x 128 group into
+    /// buffers sized for `rows >= m` rows (rows past `m` are left as they are): codes with row
+    /// stride `ldk >= k`, scales in `order`. Returns the codes' and the scales' addresses.
+    ///
+    /// # Safety
+    /// `x` must hold `m * k` elements of `dtype` on `gpu`, and `stream` must be a stream of
+    /// that GPU's context.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn quantize(
+        &mut self,
+        quant: &ActQuant,
+        gpu: &Arc<Gpu>,
+        x: u64,
+        dtype: DType,
+        (m, k, rows, ldk): (usize, usize, usize, usize),
+        order: ScaleOrder,
+        stream: u64,
+    ) -> Result<(u64, u64), CudaError> {
+        if rows < m {
+            return Err(CudaError::InvalidArgument(format!(
+                "quantization buffers for {rows} rows cannot hold {m}"
+            )));
+        }
+        let q = self.codes.get(gpu, rows * ldk)?.ptr();
+        let s = self.scales.get(gpu, rows * k.div_ceil(128))?.ptr();
+        // SAFETY: the caller vouches for x and the stream; q holds rows * ldk >= m * ldk
+        // bytes and s rows * ceil(k / 128) floats on the same GPU (group128 checks ldk >= k).
+        unsafe { quant.group128(x, dtype, m, k, q, ldk, s, order, stream)? };
+        Ok((q, s))
     }
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKernelArg};
 use fp8_linear_core::tensor::Data;
-use fp8_linear_core::validate::{check_config_basics, check_io, check_layer_weights};
+use fp8_linear_core::validate::{check_config_basics, check_layer_weights};
 use fp8_linear_core::{
     fp8_kernel, Capability, DType, Fp8Kernel, KernelError, LayerConfig, LayerParams, LayerWeights,
     Tensor, TensorMut, Unsupported,
@@ -31,7 +31,7 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{DeviceBuffer, Gpu, ModuleSpec};
 
-use super::common::{be, default_ordinal, device_in, device_out, gpu, same_device, Scratch};
+use super::common::{be, default_ordinal, device_io, gpu, same_device, Scratch};
 use super::weights::small_to_host;
 use plan::{LaunchPlan, Tuning};
 use repack::{k_group, MarlinWeights, STRIPE};
@@ -328,11 +328,7 @@ impl Fp8Kernel for MarlinFp8 {
             .state
             .as_mut()
             .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
-        let m = check_io(&c, input, output)?;
-        let xin = device_in(NAME, "input", input)?;
-        let xout = device_out(NAME, "output", output)?;
-        same_device("input", &xin, &st.gpu)?;
-        same_device("output", &xout, &st.gpu)?;
+        let (m, xin, xout) = device_io(NAME, &c, &st.gpu, input, output)?;
         if m > i32::MAX as usize {
             return Err(KernelError::shape(
                 "input",
