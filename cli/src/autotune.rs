@@ -4,11 +4,11 @@
 use std::path::Path;
 
 use fp8_linear::autotune::{autotune_layer, Measurement};
-use fp8_linear::{Device, LayerConfig, LayerWeights, Linear, Overrides, Tensor, Tuning};
+use fp8_linear::{Device, LayerConfig, Linear, Overrides, Tuning};
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::run_layer::{random_weights, Executor};
+use crate::run_layer::{Executor, RandomWeights};
 
 /// Runs the pass and, when `path` is given, merges the winners into that file; returns the
 /// measurements (`bench` runs it without a file).
@@ -26,16 +26,8 @@ pub fn run(
         Some(p) => Tuning::load(p).map_err(|e| e.to_string())?,
         None => Tuning::new(),
     };
-    let (codes, scales) = random_weights(config);
-    let [sr, sc] = config.weight_scale_shape();
-    let input_scale = [0.02f32];
-    let weights = LayerWeights {
-        weight: Tensor::fp8(&codes, [config.n, config.k]),
-        weight_scale: Tensor::f32(&scales, [sr, sc]),
-        input_scale: Some(Tensor::f32(&input_scale, [1, 1])),
-        input_scale_ub: None,
-        bias: None,
-    };
+    let rw = RandomWeights::new(config);
+    let weights = rw.weights();
     let mut rng = rand::rng();
     let measurements = autotune_layer(
         fp8_linear::tables::BUILTIN,

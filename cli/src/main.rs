@@ -66,39 +66,71 @@ enum Command {
     /// Time every kernel that can run a layer on this device at a few M, and save the
     /// winner per M bucket to the autotune file that selection consults (`run` uses it).
     Autotune {
-        /// Rows to measure, comma separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,16,128")]
-        ms: Vec<usize>,
-        /// Timed calls per kernel and M (the median counts).
-        #[arg(long, default_value_t = 5)]
-        iters: usize,
+        #[command(flatten)]
+        sweep: SweepArgs,
         /// The autotune file (default: $FP8_LINEAR_TUNING, else the user's cache dir).
         #[arg(long)]
         file: Option<std::path::PathBuf>,
-        #[command(flatten)]
-        layer: LayerArgs,
-        #[command(flatten)]
-        overrides: OverrideArgs,
     },
     /// Time every kernel that can run a layer on this device at a few M and print
     /// TFLOP/s and the speed relative to a baseline kernel (nothing is saved).
     Bench {
-        /// Rows to measure, comma separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,16,64,128,512,4096")]
-        ms: Vec<usize>,
-        /// Timed calls per kernel and M (the median counts).
-        #[arg(long, default_value_t = 10)]
-        iters: usize,
+        #[command(flatten)]
+        sweep: SweepArgs,
         /// Kernel the others are compared with (default: the one `select` picks).
         #[arg(long)]
         baseline: Option<String>,
-        #[command(flatten)]
-        layer: LayerArgs,
-        #[command(flatten)]
-        overrides: OverrideArgs,
     },
     /// List the device profiles and the built-in kernel tables.
     List,
+}
+
+/// What `autotune` and `bench` measure: a layer, the rows to time it at, and how often.
+#[derive(clap::Args, Debug)]
+struct SweepArgs {
+    /// Rows to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,128,512,4096")]
+    ms: Vec<usize>,
+    /// Timed calls per kernel and M (the median counts).
+    #[arg(long, default_value_t = 10)]
+    iters: usize,
+    #[command(flatten)]
+    layer: LayerArgs,
+    #[command(flatten)]
+    overrides: OverrideArgs,
+}
+
+impl SweepArgs {
+    /// Times every runnable kernel on the current device; `path` receives the winners.
+    fn measure(
+        &self,
+        quiet: bool,
+        path: Option<&std::path::Path>,
+    ) -> Result<
+        (
+            Device,
+            fp8_linear::LayerConfig,
+            Vec<fp8_linear::autotune::Measurement>,
+        ),
+        String,
+    > {
+        if self.ms.contains(&0) {
+            return Err("every M must be at least 1".into());
+        }
+        let target = current_target(quiet);
+        let device = target.device();
+        let config = self.layer.config();
+        let measured = autotune::run(
+            &device,
+            &config,
+            &self.ms,
+            self.iters,
+            &self.overrides.overrides(),
+            target.executor().as_mut(),
+            path,
+        )?;
+        Ok((device, config, measured))
+    }
 }
 
 /// The autotune file to use: the one named, else the default location.
@@ -248,28 +280,9 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 ExitCode::from(1)
             })
         }
-        Command::Autotune {
-            ms,
-            iters,
-            file,
-            layer,
-            overrides,
-        } => {
-            if ms.contains(&0) {
-                return Err("every M must be at least 1".into());
-            }
-            let target = current_target(cli.json);
-            let config = layer.config();
+        Command::Autotune { sweep, file } => {
             let path = tuning_path(file)?;
-            let measured = autotune::run(
-                &target.device(),
-                &config,
-                ms,
-                *iters,
-                &overrides.overrides(),
-                target.executor().as_mut(),
-                Some(&path),
-            )?;
+            let (_, config, measured) = sweep.measure(cli.json, Some(&path))?;
             if cli.json {
                 println!("{:#}", autotune::json(&measured, Some(&path)));
             } else {
@@ -277,37 +290,16 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench {
-            ms,
-            iters,
-            baseline,
-            layer,
-            overrides,
-        } => {
-            if ms.contains(&0) {
-                return Err("every M must be at least 1".into());
-            }
-            let target = current_target(cli.json);
-            let device = target.device();
-            let config = layer.config();
-            let ov = overrides.overrides();
+        Command::Bench { sweep, baseline } => {
+            let (device, config, measured) = sweep.measure(cli.json, None)?;
             let base = match baseline {
                 Some(b) => b.clone(),
-                None => fp8_linear::select_builtin(&device, &config, &ov)
+                None => fp8_linear::select_builtin(&device, &config, &sweep.overrides.overrides())
                     .map_err(|e| e.to_string())?
                     .entry
                     .name
                     .to_string(),
             };
-            let measured = autotune::run(
-                &device,
-                &config,
-                ms,
-                *iters,
-                &ov,
-                target.executor().as_mut(),
-                None,
-            )?;
             if cli.json {
                 println!("{:#}", autotune::json(&measured, None));
             } else {

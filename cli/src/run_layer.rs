@@ -60,17 +60,49 @@ impl RunReport {
     }
 }
 
-/// Random weights for a layer: FP8 codes `[n, k]` and f32 scales in the config's shape.
-pub fn random_weights(config: &LayerConfig) -> (Vec<u8>, Vec<f32>) {
-    let mut rng = rand::rng();
-    let [r, c] = config.weight_scale_shape();
-    let scales = (0..r * c)
-        .map(|_| 2f32.powi(rng.random_range(-4..=4)) * rng.random_range(0.5f32..1.0) / 448.0)
-        .collect();
-    let codes = (0..config.n * config.k)
-        .map(|_| f32_to_e4m3(rng.random_range(-448.0f32..448.0)))
-        .collect();
-    (codes, scales)
+/// A random layer's weights: FP8 codes `[n, k]`, f32 scales in the config's shape spread
+/// over 8 binades, and a static input scale (used by static activation keys only).
+pub struct RandomWeights {
+    /// FP8 codes `[n, k]`.
+    pub codes: Vec<u8>,
+    /// Weight scales in the config's scale shape.
+    pub scales: Vec<f32>,
+    /// Static input scale.
+    pub input_scale: [f32; 1],
+    scale_shape: [usize; 2],
+    nk: [usize; 2],
+}
+
+impl RandomWeights {
+    /// Fresh random weights for `config`.
+    pub fn new(config: &LayerConfig) -> Self {
+        let mut rng = rand::rng();
+        let [r, c] = config.weight_scale_shape();
+        let scales = (0..r * c)
+            .map(|_| 2f32.powi(rng.random_range(-4..=4)) * rng.random_range(0.5f32..1.0) / 448.0)
+            .collect();
+        let codes = (0..config.n * config.k)
+            .map(|_| f32_to_e4m3(rng.random_range(-448.0f32..448.0)))
+            .collect();
+        RandomWeights {
+            codes,
+            scales,
+            input_scale: [0.02],
+            scale_shape: [r, c],
+            nk: [config.n, config.k],
+        }
+    }
+
+    /// Views of the weights as a kernel's `process_weights` takes them.
+    pub fn weights(&self) -> LayerWeights<'_> {
+        LayerWeights {
+            weight: Tensor::fp8(&self.codes, self.nk),
+            weight_scale: Tensor::f32(&self.scales, self.scale_shape),
+            input_scale: Some(Tensor::f32(&self.input_scale, [1, 1])),
+            input_scale_ub: None,
+            bias: None,
+        }
+    }
 }
 
 fn to_dtype_bits(x: &[f32], dtype: DType) -> Vec<f32> {
@@ -205,17 +237,8 @@ pub fn run_random(
     tuning: &Tuning,
     exec: &mut dyn Executor,
 ) -> Result<RunReport, String> {
-    let (codes, scales) = random_weights(config);
-    let [sr, sc] = config.weight_scale_shape();
-    let input_scale = [0.02f32];
-    let weights = LayerWeights {
-        weight: Tensor::fp8(&codes, [config.n, config.k]),
-        weight_scale: Tensor::f32(&scales, [sr, sc]),
-        input_scale: Some(Tensor::f32(&input_scale, [1, 1])),
-        input_scale_ub: None,
-        bias: None,
-    };
-    let mut linear = Linear::new_tuned(device, config, m, tuning, &weights, overrides)
+    let rw = RandomWeights::new(config);
+    let mut linear = Linear::new_tuned(device, config, m, tuning, &rw.weights(), overrides)
         .map_err(|e| e.to_string())?;
     let mut rng = rand::rng();
     let x: Vec<f32> = (0..m * config.k)
@@ -231,7 +254,7 @@ pub fn run_random(
     }
     times.sort_by(f64::total_cmp);
     let rows: Vec<usize> = sample_rows(m);
-    let want = reference_rows(config, &x, &rows, &codes, &scales, input_scale[0]);
+    let want = reference_rows(config, &x, &rows, &rw.codes, &rw.scales, rw.input_scale[0]);
     let got: Vec<f32> = rows
         .iter()
         .flat_map(|&i| out[i * config.n..(i + 1) * config.n].to_vec())
