@@ -135,12 +135,16 @@ fn autotune_winners_are_used_by_run() {
     fields[5] = "CpuReference";
     std::fs::write(&file, fields.join("\t") + "\n").unwrap();
     let r = json(&bin(
-        &["run", "-m", "2", "-n", "96", "-k", "200", "--iters", "1", "--json"],
+        &[
+            "run", "-m", "2", "-n", "96", "-k", "200", "--iters", "1", "--json",
+        ],
         &[("FP8_LINEAR_TUNING", f)],
     ));
     assert_eq!(r["kernel"], "CpuReference", "{r:#}");
     let r = json(&bin(
-        &["run", "-m", "2", "-n", "96", "-k", "200", "--iters", "1", "--json"],
+        &[
+            "run", "-m", "2", "-n", "96", "-k", "200", "--iters", "1", "--json",
+        ],
         &[("FP8_LINEAR_TUNING", "/nonexistent/autotune.tsv")],
     ));
     assert_eq!(r["kernel"], "CpuFp8Gemm", "{r:#}");

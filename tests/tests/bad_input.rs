@@ -58,6 +58,16 @@ fn nan_scales_are_rejected() {
 }
 
 #[test]
+fn nan_weight_codes_are_rejected() {
+    let (mut w, s) = random_block_weight(N, K, 1);
+    w[N * K - 3] = 0xff;
+    for e in ENTRIES {
+        let err = build(e, &w, &s, [2, 3]).err().unwrap();
+        assert!(err.contains("weight holds a non-finite value"), "{err}");
+    }
+}
+
+#[test]
 fn short_weight_buffer_is_rejected() {
     let (w, s) = random_block_weight(N, K, 1);
     for e in ENTRIES {

@@ -108,6 +108,13 @@ impl HostWeights {
             Data::F8E4m3(s) => s[..config.n * config.k].to_vec(),
             _ => return Err(host_only("weight", kernel)),
         };
+        if let Some(index) = codes.iter().position(|c| c & 0x7f == 0x7f) {
+            return Err(KernelError::NotFinite {
+                what: "weight",
+                index,
+                value: f32::NAN,
+            });
+        }
         let mut scales = Vec::new();
         to_f32(kernel, "weight_scale", &w.weight_scale, &mut scales)?;
         let input_scale = match (&w.input_scale, config.activation) {
