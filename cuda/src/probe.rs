@@ -5,8 +5,15 @@ use std::sync::OnceLock;
 
 use crate::error::CudaError;
 
+/// The file names the loader tried, each once, in the order tried.
 fn searched(lib: &str) -> String {
-    cudarc::get_lib_name_candidates(lib).join(", ")
+    let mut names: Vec<String> = Vec::new();
+    for n in cudarc::get_lib_name_candidates(lib) {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names.join(", ")
 }
 
 /// Checks that the CUDA driver library can be loaded and initialized.
