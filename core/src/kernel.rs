@@ -71,6 +71,16 @@ pub trait Fp8Kernel: Send + 'static {
     fn name(&self) -> &'static str;
 }
 
+/// The state `process_weights` left in `slot`, or [`KernelError::WeightsNotProcessed`] when
+/// `apply` comes first: the opening line of every kernel's `apply`.
+pub fn processed<'s, T>(
+    slot: &'s mut Option<T>,
+    kernel: &'static str,
+) -> Result<&'s mut T, KernelError> {
+    slot.as_mut()
+        .ok_or(KernelError::WeightsNotProcessed { kernel })
+}
+
 /// The layer parameter names a kernel declared with `params = [...]`, handed to its
 /// constructor. `N` is the number of names, so a constructor that takes `LayerParams<4>`
 /// cannot be registered with three names, and one that takes none cannot be registered with

@@ -3,6 +3,7 @@
 //! `gemv`) or a multithreaded f32 GEMM on the weight dequantized once at load
 //! (matrixmultiply's packed SGEMM kernels, split across threads with rayon).
 
+use fp8_linear_core::kernel::processed;
 use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
     fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
@@ -119,10 +120,7 @@ impl Fp8Kernel for CpuFp8Gemm {
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let name = self.name();
         let c = self.config;
-        let host = self
-            .host
-            .as_ref()
-            .ok_or(KernelError::WeightsNotProcessed { kernel: name })?;
+        let host = processed(&mut self.host, name)?;
         let m = check_io(&c, input, output)?;
         to_f32(name, "input", input, &mut self.act.x)?;
         self.act.quantize(&c, host, m);

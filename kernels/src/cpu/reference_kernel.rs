@@ -2,6 +2,7 @@
 //! against.
 
 use fp8_linear_core::fp8::e4m3_to_f32;
+use fp8_linear_core::kernel::processed;
 use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
     fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
@@ -46,10 +47,7 @@ impl Fp8Kernel for CpuReference {
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let name = self.name();
         let c = self.config;
-        let w = self
-            .weights
-            .as_ref()
-            .ok_or(KernelError::WeightsNotProcessed { kernel: name })?;
+        let w = processed(&mut self.weights, name)?;
         let m = check_io(&c, input, output)?;
         let (n, k) = (c.n, c.k);
         to_f32(name, "input", input, &mut self.act.x)?;

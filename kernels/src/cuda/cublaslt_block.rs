@@ -6,6 +6,7 @@
 //! fast index (`s[kb * M + m]`); weight scales `[ceil(N/128), ceil(K/128)]` row-major with the
 //! row length rounded up to a multiple of 4. K is padded with zeros to a multiple of 128.
 
+use fp8_linear_core::kernel::processed;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -121,10 +122,7 @@ impl Fp8Kernel for CublasLtBlockFp8 {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
-        let st = self
-            .state
-            .as_mut()
-            .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
+        let st = processed(&mut self.state, NAME)?;
         let (m, x, out) = device_io(NAME, &c, &st.gpu, input, output)?;
         let (k, ldk) = (c.k, st.w.ldk);
         let gpu = st.gpu.clone();

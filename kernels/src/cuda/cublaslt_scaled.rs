@@ -3,6 +3,7 @@
 //! through cuBLASLt's outer-vector scale mode ([`CublasLtFp8Rowwise`], sm_90+, cuBLASLt >=
 //! 12.9). Activations are quantized on the GPU per the layer's key; K is padded to 16.
 
+use fp8_linear_core::kernel::processed;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -240,10 +241,7 @@ impl Fp8Kernel for CublasLtFp8PerTensor {
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
         let name = self.name();
-        let st = self
-            .state
-            .as_mut()
-            .ok_or(KernelError::WeightsNotProcessed { kernel: name })?;
+        let st = processed(&mut self.state, name)?;
         st.run(
             name,
             &c,
@@ -312,10 +310,7 @@ impl Fp8Kernel for CublasLtFp8Rowwise {
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
         let name = self.name();
-        let st = self
-            .state
-            .as_mut()
-            .ok_or(KernelError::WeightsNotProcessed { kernel: name })?;
+        let st = processed(&mut self.state, name)?;
         st.run(
             name,
             &c,

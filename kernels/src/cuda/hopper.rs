@@ -6,6 +6,7 @@
 //! epilogue kernel sums them in order) when the tiles do not fill the GPU.
 //! Source: `cu/hopper_gemm.cu`.
 
+use fp8_linear_core::kernel::processed;
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
@@ -232,10 +233,7 @@ impl Fp8Kernel for HopperBlockFp8 {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
-        let st = self
-            .state
-            .as_mut()
-            .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
+        let st = processed(&mut self.state, NAME)?;
         let (m, x, out) = device_io(NAME, &c, &st.gpu, input, output)?;
         let (n, k) = (c.n, c.k);
         check_row_count(input, m, n)?;

@@ -3,6 +3,7 @@
 //! masking for any M, N, K, split-K for small grids. The role the Triton block kernel plays
 //! upstream, with an honest arch (FP8 tensor-core instructions exist from sm_89 on).
 
+use fp8_linear_core::kernel::processed;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
@@ -202,10 +203,7 @@ impl Fp8Kernel for PortableBlockFp8 {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
-        let st = self
-            .state
-            .as_mut()
-            .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
+        let st = processed(&mut self.state, NAME)?;
         let (m, x, out) = device_io(NAME, &c, &st.gpu, input, output)?;
         let (n, k) = (c.n, c.k);
         check_row_count(input, m, n)?;

@@ -19,6 +19,7 @@ pub mod emulate;
 pub mod plan;
 pub mod repack;
 
+use fp8_linear_core::kernel::processed;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKernelArg};
@@ -324,10 +325,7 @@ impl Fp8Kernel for MarlinFp8 {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
-        let st = self
-            .state
-            .as_mut()
-            .ok_or(KernelError::WeightsNotProcessed { kernel: NAME })?;
+        let st = processed(&mut self.state, NAME)?;
         let (m, xin, xout) = device_io(NAME, &c, &st.gpu, input, output)?;
         if m > i32::MAX as usize {
             return Err(KernelError::shape(
