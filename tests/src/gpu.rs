@@ -10,6 +10,8 @@ use fp8_linear::cuda::runtime::{self, DeviceBuffer, Gpu};
 use fp8_linear::{DType, Fp8Kernel, KernelEntry, KernelError, LayerConfig, LayerWeights, Tensor};
 use half::{bf16, f16};
 
+use crate::layers::{quantize_groups, random_activations, random_block_weight};
+
 /// Whether the run demands a GPU (`FP8_REQUIRE_CUDA=1`).
 pub fn cuda_required() -> bool {
     std::env::var("FP8_REQUIRE_CUDA").is_ok_and(|v| v.trim() == "1")
@@ -211,4 +213,57 @@ pub fn rel_err(got: &[f32], want: &[f64], what: &str) -> f64 {
         panic!("{what}: NaN at output index {i} (unwritten or poisoned element)");
     }
     reference::rel_frobenius(got, want)
+}
+
+/// One block-scaled layer (128x128 weight blocks, random data, non-uniform scales; weights
+/// on the host or copied to the GPU first) built with `entry`, run on the GPU and checked
+/// against the f64 reference; returns the relative error. Call after `gpu_or_skip`.
+#[allow(clippy::too_many_arguments)]
+pub fn check_block_kernel(
+    entry: &'static KernelEntry,
+    m: usize,
+    n: usize,
+    k: usize,
+    input: DType,
+    out: DType,
+    device_weights: bool,
+) -> f64 {
+    let gpu = gpu_or_skip("check").expect("caller checked");
+    let cfg = LayerConfig::block_128(n, k, input, out);
+    let (w, ws) = random_block_weight(n, k, 5);
+    let scale_shape = [n.div_ceil(128), k.div_ceil(128)];
+    let (dw, dws);
+    let weights = if device_weights {
+        dw = DeviceBuffer::from_host(&gpu, &w).unwrap();
+        dws = DeviceBuffer::from_host(&gpu, &ws).unwrap();
+        LayerWeights {
+            weight: dw.tensor([n, k]),
+            weight_scale: dws.tensor(scale_shape),
+            input_scale: None,
+            input_scale_ub: None,
+            bias: None,
+        }
+    } else {
+        LayerWeights {
+            weight: Tensor::fp8(&w, [n, k]),
+            weight_scale: Tensor::f32(&ws, scale_shape),
+            input_scale: None,
+            input_scale_ub: None,
+            bias: None,
+        }
+    };
+    let mut kernel = build(entry, &cfg, &weights).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+    let x = random_activations(m, k);
+    let (got, exact) =
+        run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+    let (aq, as_) = quantize_groups(&exact, m, k);
+    let rows = check_rows(m, n, k);
+    let want = block_reference_rows(&aq, &as_, &w, &ws, n, k, &rows);
+    let err = rel_err(&pick_rows(&got, n, &rows), &want, entry.name);
+    eprintln!(
+        "{:>18} M={m:<4} N={n:<5} K={k:<5} {input}->{out} {}: rel err {err:.2e}",
+        entry.name,
+        if device_weights { "device W" } else { "host W" }
+    );
+    err
 }

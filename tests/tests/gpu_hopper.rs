@@ -8,7 +8,8 @@ use fp8_linear::cuda::runtime::DeviceBuffer;
 use fp8_linear::cuda::HopperBlockFp8;
 use fp8_linear::{DType, LayerConfig, LayerWeights, Registered, Tensor};
 use fp8_linear_tests::gpu::{
-    block_reference_rows, build, check_rows, gpu_or_skip, pick_rows, rel_err, run,
+    block_reference_rows, build, check_block_kernel, check_rows, gpu_or_skip, pick_rows, rel_err,
+    run,
 };
 use fp8_linear_tests::layers::{quantize_groups, random_activations, random_block_weight};
 
@@ -30,44 +31,7 @@ fn hopper(test: &str) -> Option<std::sync::Arc<fp8_linear::cuda::runtime::Gpu>> 
 
 /// One layer built, run and checked against the f64 reference; returns the error.
 fn check(m: usize, n: usize, k: usize, input: DType, out: DType, device_weights: bool) -> f64 {
-    let gpu = gpu_or_skip("check").expect("caller checked");
-    let cfg = LayerConfig::block_128(n, k, input, out);
-    let (w, ws) = random_block_weight(n, k, 5);
-    let scale_shape = [n.div_ceil(128), k.div_ceil(128)];
-    let (dw, dws);
-    let weights = if device_weights {
-        dw = DeviceBuffer::from_host(&gpu, &w).unwrap();
-        dws = DeviceBuffer::from_host(&gpu, &ws).unwrap();
-        LayerWeights {
-            weight: dw.tensor([n, k]),
-            weight_scale: dws.tensor(scale_shape),
-            input_scale: None,
-            input_scale_ub: None,
-            bias: None,
-        }
-    } else {
-        LayerWeights {
-            weight: Tensor::fp8(&w, [n, k]),
-            weight_scale: Tensor::f32(&ws, scale_shape),
-            input_scale: None,
-            input_scale_ub: None,
-            bias: None,
-        }
-    };
-    let mut kernel =
-        build(&HopperBlockFp8::ENTRY, &cfg, &weights).unwrap_or_else(|e| panic!("build: {e}"));
-    let x = random_activations(m, k);
-    let (got, exact) = run(&gpu, kernel.as_mut(), &cfg, &x, m)
-        .unwrap_or_else(|e| panic!("M={m} N={n} K={k}: {e}"));
-    let (aq, as_) = quantize_groups(&exact, m, k);
-    let rows = check_rows(m, n, k);
-    let want = block_reference_rows(&aq, &as_, &w, &ws, n, k, &rows);
-    let err = rel_err(&pick_rows(&got, n, &rows), &want, "HopperBlockFp8");
-    eprintln!(
-        "HopperBlockFp8 M={m:<4} N={n:<5} K={k:<5} {input}->{out} {}: rel err {err:.2e}",
-        if device_weights { "device W" } else { "host W" }
-    );
-    err
+    check_block_kernel(&HopperBlockFp8::ENTRY, m, n, k, input, out, device_weights)
 }
 
 #[test]
