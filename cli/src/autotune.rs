@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use fp8_linear::autotune::{autotune_layer, Measurement};
-use fp8_linear::{Device, LayerConfig, Linear, Overrides, Tuning};
+use fp8_linear::{Device, LayerConfig, Linear, Overrides, TuningFile};
 use rand::Rng;
 use serde_json::{json, Value};
 
@@ -23,8 +23,8 @@ pub fn run(
     path: Option<&Path>,
 ) -> Result<Vec<Measurement>, String> {
     let mut tuning = match path {
-        Some(p) => Tuning::load(p).map_err(|e| e.to_string())?,
-        None => Tuning::new(),
+        Some(p) => TuningFile::load(p).map_err(|e| e.to_string())?,
+        None => TuningFile::new(),
     };
     let rw = RandomWeights::new(config);
     let weights = rw.weights();

@@ -136,7 +136,7 @@ impl SweepArgs {
 /// The autotune file to use: the one named, else the default location.
 fn tuning_path(file: &Option<std::path::PathBuf>) -> Result<std::path::PathBuf, String> {
     file.clone()
-        .or_else(fp8_linear::Tuning::default_path)
+        .or_else(fp8_linear::TuningFile::default_path)
         .ok_or_else(|| "no autotune file location: set FP8_LINEAR_TUNING or HOME".to_string())
 }
 
@@ -257,8 +257,8 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             }
             let config = layer.config();
             let tuning = match tuning_path(&None) {
-                Ok(p) => fp8_linear::Tuning::load(&p).map_err(|e| e.to_string())?,
-                Err(_) => fp8_linear::Tuning::new(),
+                Ok(p) => fp8_linear::TuningFile::load(&p).map_err(|e| e.to_string())?,
+                Err(_) => fp8_linear::TuningFile::new(),
             };
             let report = run_layer::run_random(
                 &target.device(),

@@ -6,7 +6,7 @@ use std::time::Instant;
 use fp8_linear::cpu::{quantize, reference};
 use fp8_linear::fp8::{e4m3_to_f32, f32_to_e4m3};
 use fp8_linear::{
-    DType, Device, LayerConfig, LayerWeights, Linear, Overrides, Tensor, TensorMut, Tuning,
+    DType, Device, LayerConfig, LayerWeights, Linear, Overrides, Tensor, TensorMut, TuningFile,
 };
 use rand::Rng;
 use serde_json::{json, Value};
@@ -234,7 +234,7 @@ pub fn run_random(
     m: usize,
     iters: usize,
     overrides: &Overrides,
-    tuning: &Tuning,
+    tuning: &TuningFile,
     exec: &mut dyn Executor,
 ) -> Result<RunReport, String> {
     let rw = RandomWeights::new(config);

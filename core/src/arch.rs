@@ -109,6 +109,29 @@ impl fmt::Display for ArchSpec {
     }
 }
 
+/// Parses a compute capability as written in device profiles and options: `sm89`, `sm_89`,
+/// `sm90a`, `sm120` (the last digit is the minor). Returns the capability and whether the
+/// `a` (architecture-specific) suffix was given; None for anything else, including a major
+/// of 0 (`sm00`) and majors past 99 (`sm999` reads as 99.9 and is refused).
+pub fn parse_sm(s: &str) -> Option<(Capability, bool)> {
+    let lower = s.trim().to_ascii_lowercase();
+    let digits = lower.strip_prefix("sm")?.trim_start_matches('_');
+    let (digits, specific) = match digits.strip_suffix('a') {
+        Some(d) => (d, true),
+        None => (digits, false),
+    };
+    if !(2..=3).contains(&digits.len()) || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (maj, min) = digits.split_at(digits.len() - 1);
+    let (major, minor): (u8, u8) = (maj.parse().ok()?, min.parse().ok()?);
+    // Real capabilities: majors 1..=20 so far; refuse what cannot be a GPU.
+    if major == 0 || major > 20 {
+        return None;
+    }
+    Some((Capability::new(major, minor), specific))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +158,15 @@ mod tests {
         assert!(!hopper.matches(Some(Capability::new(10, 0))));
         assert_eq!(hopper.nvrtc_target(Capability::new(9, 0)), "sm_90a");
         assert!(ArchSpec::Any.matches(None));
+    }
+
+    #[test]
+    fn sm_names_parse_once_here() {
+        assert_eq!(parse_sm("sm89"), Some((Capability::new(8, 9), false)));
+        assert_eq!(parse_sm("SM_90a"), Some((Capability::new(9, 0), true)));
+        assert_eq!(parse_sm("sm120"), Some((Capability::new(12, 0), false)));
+        for bad in ["sm", "sm00", "sm999", "smxx", "sm8", "89", "sm8.9"] {
+            assert_eq!(parse_sm(bad), None, "{bad}");
+        }
     }
 }

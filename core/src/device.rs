@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use crate::arch::Capability;
+use crate::arch::{parse_sm, Capability};
 use crate::platform::Platform;
 
 /// A device a kernel may run on: its platform, compute capability, name and size.
@@ -15,8 +15,10 @@ pub struct Device {
     pub capability: Option<Capability>,
     /// Human-readable name ("NVIDIA H200", "profile a100").
     pub name: Cow<'static, str>,
-    /// Streaming multiprocessors (GPU) or logical cores (CPU).
+    /// Streaming multiprocessors of a GPU (0 for a CPU).
     pub sm_count: u32,
+    /// Logical cores of a CPU (0 for a GPU).
+    pub cpu_cores: u32,
     /// Device memory in bytes (0 when unknown).
     pub memory_bytes: u64,
     /// Driver ordinal of a real device; None for a profile.
@@ -52,6 +54,12 @@ const PROFILES: [(&str, &str, u8, u8, u32, u64); 12] = [
 ];
 
 impl Device {
+    /// Whether this is a profile (a description with no hardware behind it): a CUDA device
+    /// without a driver ordinal. Kernels can be selected for a profile, never built.
+    pub fn is_profile(&self) -> bool {
+        self.platform != Platform::Cpu && self.ordinal.is_none()
+    }
+
     /// The names accepted by [`Device::profile`], besides `smXY`.
     pub fn profile_names() -> Vec<&'static str> {
         let mut v: Vec<&'static str> = PROFILES.iter().map(|p| p.0).collect();
@@ -65,7 +73,8 @@ impl Device {
             platform: Platform::Cpu,
             capability: None,
             name: Cow::Borrowed("cpu"),
-            sm_count: cores,
+            sm_count: 0,
+            cpu_cores: cores,
             memory_bytes: 0,
             ordinal: None,
         }
@@ -90,6 +99,7 @@ impl Device {
             capability: Some(cap),
             name: name.into(),
             sm_count,
+            cpu_cores: 0,
             memory_bytes: 0,
             ordinal: None,
         }
@@ -109,13 +119,15 @@ impl Device {
                 capability: Some(Capability::new(p.2, p.3)),
                 name: Cow::Owned(format!("{} (profile {})", p.1, p.0)),
                 sm_count: p.4,
+                cpu_cores: 0,
                 memory_bytes: p.5 * GIB,
                 ordinal: None,
             });
         }
-        if let Some(cap) = parse_sm(&lower) {
+        if let Some((cap, specific)) = parse_sm(&lower) {
+            let a = if specific { "a" } else { "" };
             return Ok(Device::cuda_profile(
-                format!("sm_{}{} (profile)", cap.major, cap.minor),
+                format!("sm_{}{}{a} (profile)", cap.major, cap.minor),
                 cap,
                 100,
             ));
@@ -125,17 +137,6 @@ impl Device {
             known: Device::profile_names().join(", "),
         })
     }
-}
-
-/// Parses `sm89`, `sm_89`, `sm90a`, `sm120` into a capability (last digit is the minor).
-fn parse_sm(s: &str) -> Option<Capability> {
-    let digits = s.strip_prefix("sm")?.trim_start_matches('_');
-    let digits = digits.strip_suffix('a').unwrap_or(digits);
-    if digits.len() < 2 || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let (maj, min) = digits.split_at(digits.len() - 1);
-    Some(Capability::new(maj.parse().ok()?, min.parse().ok()?))
 }
 
 impl fmt::Display for Device {
@@ -149,7 +150,7 @@ impl fmt::Display for Device {
             None => write!(
                 f,
                 "{} [{}, {} cores]",
-                self.name, self.platform, self.sm_count
+                self.name, self.platform, self.cpu_cores
             ),
         }
     }
@@ -178,5 +179,10 @@ mod tests {
         assert!(err.to_string().contains("a100"), "{err}");
         assert!(Device::profile("sm").is_err());
         assert!(Device::profile("smxx").is_err());
+        assert!(Device::profile("sm999").is_err());
+        assert!(Device::profile("sm00").is_err());
+        assert!(Device::profile("sm90a").unwrap().name.contains("sm_90a"));
+        assert!(Device::profile("a100").unwrap().is_profile());
+        assert!(!Device::host_cpu().is_profile());
     }
 }

@@ -101,6 +101,42 @@ pub enum KernelError {
         /// The missing parameter's name.
         name: &'static str,
     },
+    /// A kernel was to be built for a device profile (a description such as `a100`, with no
+    /// hardware behind it): profiles serve plans and explanations, never layers.
+    #[error("{kernel}: cannot build a layer for {device}: it is a device profile, not a device of this machine")]
+    ProfileDevice {
+        /// The kernel.
+        kernel: &'static str,
+        /// The profile.
+        device: String,
+    },
+    /// A GPU kernel was built without the device's runtime handle (its context and stream)
+    /// in the build context.
+    #[error("{kernel}: no runtime handle for {device} in the build context (build layers through fp8_linear::Target)")]
+    NoRuntime {
+        /// The kernel.
+        kernel: &'static str,
+        /// The device.
+        device: String,
+    },
+    /// A kernel was to be built for a device of another platform or outside its arch.
+    #[error("{kernel} cannot run on {device}: it runs on {arch}")]
+    WrongDevice {
+        /// The kernel.
+        kernel: &'static str,
+        /// The device.
+        device: String,
+        /// The kernel's arch.
+        arch: String,
+    },
+    /// A device ordinal that this machine does not have.
+    #[error("no CUDA device {ordinal}: this machine has {count}")]
+    NoSuchDevice {
+        /// The ordinal asked for.
+        ordinal: u32,
+        /// Devices present.
+        count: u32,
+    },
     /// `apply` was called before `process_weights`.
     #[error("{kernel}: apply called before process_weights")]
     WeightsNotProcessed {

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::config::LayerConfig;
+use crate::entry::KernelName;
 use crate::error::KernelError;
 use crate::tensor::{LayerWeights, Tensor, TensorMut};
 
@@ -46,13 +47,17 @@ impl fmt::Display for Unsupported {
 
 /// An FP8 linear-layer kernel. Register one with `#[fp8_kernel(...)]` on the struct and give
 /// the struct an inherent constructor:
-/// - `fn new(config: &LayerConfig) -> Result<Self, KernelError>` when `params` is not
+/// - `fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError>` when `params` is not
 ///   declared, or
-/// - `fn new(config: &LayerConfig, params: LayerParams<N>) -> Result<Self, KernelError>`
+/// - `fn new(ctx: &BuildCtx<'_>, params: LayerParams<N>) -> Result<Self, KernelError>`
 ///   when `params = [..]` declares N names.
 ///
-/// The attribute checks that signature at compile time.
-pub trait Fp8Kernel: Send + 'static {
+/// The attribute checks that signature at compile time and generates the kernel's
+/// [`KernelName`] from the type's name.
+///
+/// [`BuildCtx`]: crate::BuildCtx
+/// [`LayerParams`]: crate::LayerParams
+pub trait Fp8Kernel: KernelName + Send + 'static {
     /// Whether this kernel can run a layer with this config. Called by `select` for every
     /// candidate, so it must be cheap and must not allocate.
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported>
@@ -64,11 +69,11 @@ pub trait Fp8Kernel: Send + 'static {
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError>;
 
     /// Computes `output[M, N] = input[M, K] @ W^T` (plus bias) for the processed weights.
-    /// The hot path: reuses the kernel's scratch buffers.
+    /// `input` holds the unquantized activations in the layer's input dtype: a W8A8 kernel
+    /// quantizes them itself, per the layer's activation key. The hot path: reuses the
+    /// kernel's scratch buffers. GPU kernels enqueue on the stream of the device handle they
+    /// were built with (the layer's stream) and return without waiting for the GPU.
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError>;
-
-    /// The registered name of the kernel.
-    fn name(&self) -> &'static str;
 }
 
 /// The state `process_weights` left in `slot`, or [`KernelError::WeightsNotProcessed`] when
@@ -79,43 +84,4 @@ pub fn processed<'s, T>(
 ) -> Result<&'s mut T, KernelError> {
     slot.as_mut()
         .ok_or(KernelError::WeightsNotProcessed { kernel })
-}
-
-/// The layer parameter names a kernel declared with `params = [...]`, handed to its
-/// constructor. `N` is the number of names, so a constructor that takes `LayerParams<4>`
-/// cannot be registered with three names, and one that takes none cannot be registered with
-/// any: the arity is checked by the compiler.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct LayerParams<const N: usize> {
-    names: [&'static str; N],
-}
-
-impl<const N: usize> LayerParams<N> {
-    /// Wraps the declared names (the attribute generates this call).
-    pub const fn new(names: [&'static str; N]) -> Self {
-        LayerParams { names }
-    }
-
-    /// The declared names, in declaration order.
-    pub const fn names(&self) -> &[&'static str; N] {
-        &self.names
-    }
-
-    /// The tensor for the `index`-th declared name, or a [`KernelError::MissingParam`].
-    pub fn tensor<'w>(
-        &self,
-        kernel: &'static str,
-        weights: &LayerWeights<'w>,
-        index: usize,
-    ) -> Result<Tensor<'w>, KernelError> {
-        let name = self.names[index];
-        weights
-            .get(name)
-            .ok_or(KernelError::MissingParam { kernel, name })
-    }
-
-    /// The tensor for the `index`-th declared name when it is optional (e.g. `input_scale`).
-    pub fn optional<'w>(&self, weights: &LayerWeights<'w>, index: usize) -> Option<Tensor<'w>> {
-        weights.get(self.names[index])
-    }
 }

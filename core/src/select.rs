@@ -1,5 +1,7 @@
-//! Selection: walk a table in priority order, return the first kernel whose arch matches the
-//! device and whose config check accepts the layer. `explain` returns every verdict.
+//! Selection: walk a table in priority order, return the first kernel whose platform and
+//! arch match the device and whose config check accepts the layer. [`Table::select`] and
+//! [`Registry::select`] pick; `explain` returns every verdict; `select_tuned` puts a
+//! measured winner first.
 
 use std::fmt;
 
@@ -8,8 +10,9 @@ use crate::config::LayerConfig;
 use crate::device::Device;
 use crate::entry::KernelEntry;
 use crate::kernel::Unsupported;
-use crate::table::{find_table, Registry, Table};
-use crate::tuning::Tuning;
+use crate::platform::Platform;
+use crate::table::{Registry, Table};
+use crate::tuning::TuningFile;
 
 /// Environment variable naming a kernel to force (first choice when it can run).
 pub const ENV_FORCE: &str = "FP8_LINEAR_FORCE";
@@ -20,7 +23,7 @@ pub const ENV_BACKEND: &str = "FP8_LINEAR_BACKEND";
 
 /// Where an override came from.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Source {
+pub enum OverrideSource {
     /// Set through the API.
     Api,
     /// Read from an environment variable.
@@ -32,11 +35,11 @@ pub enum Source {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Overrides {
     /// Kernel to try first, by name (case-insensitive).
-    pub force: Option<(String, Source)>,
+    pub force: Option<(String, OverrideSource)>,
     /// Kernels never to pick, by name (case-insensitive).
-    pub disabled: Vec<(String, Source)>,
+    pub disabled: Vec<(String, OverrideSource)>,
     /// Only kernels of this backend family (`cpu`, `cublaslt`, `portable`, `marlin`...).
-    pub backend: Option<(String, Source)>,
+    pub backend: Option<(String, OverrideSource)>,
 }
 
 impl Overrides {
@@ -50,7 +53,7 @@ impl Overrides {
         let mut o = Overrides::default();
         if let Ok(v) = std::env::var(ENV_FORCE) {
             if !v.trim().is_empty() {
-                o.force = Some((v.trim().to_string(), Source::Env));
+                o.force = Some((v.trim().to_string(), OverrideSource::Env));
             }
         }
         if let Ok(v) = std::env::var(ENV_DISABLE) {
@@ -58,12 +61,12 @@ impl Overrides {
                 v.split(',')
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
-                    .map(|s| (s.to_string(), Source::Env)),
+                    .map(|s| (s.to_string(), OverrideSource::Env)),
             );
         }
         if let Ok(v) = std::env::var(ENV_BACKEND) {
             if !v.trim().is_empty() {
-                o.backend = Some((v.trim().to_string(), Source::Env));
+                o.backend = Some((v.trim().to_string(), OverrideSource::Env));
             }
         }
         o
@@ -71,23 +74,23 @@ impl Overrides {
 
     /// Forces a kernel by name.
     pub fn force(mut self, name: impl Into<String>) -> Self {
-        self.force = Some((name.into(), Source::Api));
+        self.force = Some((name.into(), OverrideSource::Api));
         self
     }
 
     /// Disables a kernel by name.
     pub fn disable(mut self, name: impl Into<String>) -> Self {
-        self.disabled.push((name.into(), Source::Api));
+        self.disabled.push((name.into(), OverrideSource::Api));
         self
     }
 
     /// Restricts selection to one backend family.
     pub fn backend(mut self, backend: impl Into<String>) -> Self {
-        self.backend = Some((backend.into(), Source::Api));
+        self.backend = Some((backend.into(), OverrideSource::Api));
         self
     }
 
-    fn disabled_by(&self, name: &str) -> Option<Source> {
+    fn disabled_by(&self, name: &str) -> Option<OverrideSource> {
         self.disabled
             .iter()
             .find(|(d, _)| d.eq_ignore_ascii_case(name))
@@ -103,9 +106,16 @@ pub enum Verdict {
     /// It could run the layer, but a kernel before it was chosen.
     Eligible,
     /// Disabled by name.
-    Disabled(Source),
+    Disabled(OverrideSource),
     /// Not of the backend family selection was restricted to.
     OtherBackend,
+    /// A kernel of another platform than the device's.
+    PlatformMismatch {
+        /// The kernel's platform.
+        kernel: Platform,
+        /// The device's platform.
+        device: Platform,
+    },
     /// Its code cannot run on the device's compute capability.
     ArchMismatch {
         /// What the kernel declares.
@@ -129,11 +139,14 @@ impl fmt::Display for Verdict {
         match self {
             Verdict::Chosen => f.write_str("chosen"),
             Verdict::Eligible => f.write_str("can run it, but a higher-priority kernel was chosen"),
-            Verdict::Disabled(Source::Env) => {
+            Verdict::Disabled(OverrideSource::Env) => {
                 write!(f, "is disabled by environment variable {ENV_DISABLE}")
             }
-            Verdict::Disabled(Source::Api) => f.write_str("is disabled by override"),
+            Verdict::Disabled(OverrideSource::Api) => f.write_str("is disabled by override"),
             Verdict::OtherBackend => f.write_str("is not of the requested backend family"),
+            Verdict::PlatformMismatch { kernel, device } => {
+                write!(f, "is a {kernel} kernel; the device is a {device} device")
+            }
             Verdict::ArchMismatch { arch, device } => match device {
                 Some(c) => write!(
                     f,
@@ -244,9 +257,9 @@ fn judge(
         }
     }
     if !e.platform.same(device.platform) {
-        return Err(Verdict::ArchMismatch {
-            arch: e.arch,
-            device: device.capability,
+        return Err(Verdict::PlatformMismatch {
+            kernel: e.platform,
+            device: device.platform,
         });
     }
     arch_ok(e.arch, device)?;
@@ -288,72 +301,108 @@ fn check_backend(table: &Table, ov: &Overrides) -> Result<(), SelectError> {
     Ok(())
 }
 
-/// Picks the kernel for a layer from one table. Allocation-free on success.
-pub fn select<'t>(
-    table: &'t Table,
-    device: &Device,
-    config: &LayerConfig,
-    ov: &Overrides,
-) -> Result<Selected<'t>, SelectError> {
-    let mut force_rejected = None;
-    if let Some((name, _)) = &ov.force {
-        if let Some(e) = table
-            .entries
-            .iter()
-            .find(|e| e.name.eq_ignore_ascii_case(name))
-        {
-            match judge_forced(e, device, config, ov) {
-                Ok(()) => {
-                    return Ok(Selected {
-                        entry: e,
-                        force_rejected: None,
-                    })
+impl Table {
+    /// Picks the kernel for a layer from this table. Allocation-free on success.
+    pub fn select(
+        &'static self,
+        device: &Device,
+        config: &LayerConfig,
+        ov: &Overrides,
+    ) -> Result<Selected<'static>, SelectError> {
+        let table = self;
+        let mut force_rejected = None;
+        if let Some((name, _)) = &ov.force {
+            if let Some(e) = table.entry(name) {
+                match judge_forced(e, device, config, ov) {
+                    Ok(()) => {
+                        return Ok(Selected {
+                            entry: e,
+                            force_rejected: None,
+                        })
+                    }
+                    Err(v) => force_rejected = Some((e.name, v)),
                 }
-                Err(v) => force_rejected = Some((e.name, v)),
             }
         }
-    }
-    if ov.backend.is_some() {
-        check_backend(table, ov)?;
-    }
-    for e in table.entries {
-        if judge(e, device, config, ov).is_ok() {
-            return Ok(Selected {
-                entry: e,
-                force_rejected,
-            });
+        if ov.backend.is_some() {
+            check_backend(table, ov)?;
         }
+        for e in table.entries {
+            if judge(e, device, config, ov).is_ok() {
+                return Ok(Selected {
+                    entry: e,
+                    force_rejected,
+                });
+            }
+        }
+        Err(no_kernel(table, device, config, ov))
     }
-    Err(no_kernel(table, device, config, ov))
-}
 
-/// Like [`select`], but a measured winner for this device, layer and M bucket (see
-/// [`Tuning`]) comes first when it can run the layer; otherwise the static order. A forced
-/// kernel still wins over a measurement. `device_key` is
-/// [`tuning::device_key`](crate::tuning::device_key) of `device` (computed once by the
-/// caller, so this stays allocation-free).
-pub fn select_tuned<'t>(
-    table: &'t Table,
-    device: &Device,
-    device_key: &str,
-    config: &LayerConfig,
-    m: usize,
-    tuning: &Tuning,
-    ov: &Overrides,
-) -> Result<Selected<'t>, SelectError> {
-    if ov.force.is_none() {
-        if let Some(w) = tuning.winner(device_key, config, m) {
-            if let Some(e) = table.entries.iter().find(|e| e.name == w.kernel) {
-                if judge(e, device, config, ov).is_ok() {
-                    return Ok(Selected {
-                        entry: e,
-                        force_rejected: None,
-                    });
+    /// Like [`Table::select`], but a measured winner for this device, layer and M bucket
+    /// (see [`TuningFile`]) comes first when it can run the layer; otherwise the static
+    /// order. A forced kernel still wins over a measurement. `device_key` is
+    /// [`tuning::device_key`](crate::tuning::device_key) of `device` (computed once by the
+    /// caller, so this stays allocation-free).
+    pub fn select_tuned(
+        &'static self,
+        device: &Device,
+        device_key: &str,
+        config: &LayerConfig,
+        m: usize,
+        tuning: &TuningFile,
+        ov: &Overrides,
+    ) -> Result<Selected<'static>, SelectError> {
+        if ov.force.is_none() {
+            if let Some(w) = tuning.winner(device_key, config, m) {
+                if let Some(e) = self.entries.iter().find(|e| e.name == w.kernel) {
+                    if judge(e, device, config, ov).is_ok() {
+                        return Ok(Selected {
+                            entry: e,
+                            force_rejected: None,
+                        });
+                    }
                 }
             }
         }
+        self.select(device, config, ov)
     }
-    select(table, device, config, ov)
+
+    /// Explains the decision for a layer: the verdict on every candidate in the table.
+    pub fn explain(
+        &'static self,
+        device: &Device,
+        config: &LayerConfig,
+        ov: &Overrides,
+    ) -> Explanation {
+        let table = self;
+        let result = table.select(device, config, ov);
+        let chosen_name = result.as_ref().ok().map(|s| s.entry.name);
+        let mut candidates = Vec::with_capacity(table.entries.len());
+        let mut chosen = None;
+        for (i, e) in table.entries.iter().enumerate() {
+            let verdict = if Some(e.name) == chosen_name {
+                chosen = Some(i);
+                Verdict::Chosen
+            } else {
+                match judge(e, device, config, ov) {
+                    Ok(()) => Verdict::Eligible,
+                    Err(v) => v,
+                }
+            };
+            candidates.push(Candidate { entry: e, verdict });
+        }
+        let (force_rejected, error) = match result {
+            Ok(s) => (s.force_rejected, None),
+            Err(e) => (None, Some(e)),
+        };
+        Explanation {
+            table,
+            candidates,
+            chosen,
+            force_rejected,
+            error,
+        }
+    }
 }
 
 fn no_kernel(table: &Table, device: &Device, config: &LayerConfig, ov: &Overrides) -> SelectError {
@@ -374,22 +423,56 @@ fn no_kernel(table: &Table, device: &Device, config: &LayerConfig, ov: &Override
     }
 }
 
-/// Picks the table for the device's platform and the layer's family, then selects.
-pub fn select_in(
-    registry: &Registry,
-    device: &Device,
-    config: &LayerConfig,
-    ov: &Overrides,
-) -> Result<Selected<'static>, SelectError> {
-    let table = find_table(registry, device.platform, config.family()).ok_or_else(|| {
-        SelectError::NoTable {
-            platform: device.platform.to_string(),
-            family: config.family().to_string(),
-            device: device.to_string(),
-            config: config.to_string(),
-        }
-    })?;
-    select(table, device, config, ov)
+impl Registry {
+    /// The table for the device's platform and the layer's family, or
+    /// [`SelectError::NoTable`].
+    pub fn table_for(
+        &self,
+        device: &Device,
+        config: &LayerConfig,
+    ) -> Result<&'static Table, SelectError> {
+        self.find(device.platform, config.family())
+            .ok_or_else(|| SelectError::NoTable {
+                platform: device.platform.to_string(),
+                family: config.family().to_string(),
+                device: device.to_string(),
+                config: config.to_string(),
+            })
+    }
+
+    /// Picks the table for the device's platform and the layer's family, then the kernel.
+    pub fn select(
+        &self,
+        device: &Device,
+        config: &LayerConfig,
+        ov: &Overrides,
+    ) -> Result<Selected<'static>, SelectError> {
+        self.table_for(device, config)?.select(device, config, ov)
+    }
+
+    /// Like [`Registry::select`] with a measured winner first (see [`Table::select_tuned`]).
+    pub fn select_tuned(
+        &self,
+        device: &Device,
+        device_key: &str,
+        config: &LayerConfig,
+        m: usize,
+        tuning: &TuningFile,
+        ov: &Overrides,
+    ) -> Result<Selected<'static>, SelectError> {
+        self.table_for(device, config)?
+            .select_tuned(device, device_key, config, m, tuning, ov)
+    }
+
+    /// Explains the decision of [`Registry::select`]: every candidate with its verdict.
+    pub fn explain(
+        &self,
+        device: &Device,
+        config: &LayerConfig,
+        ov: &Overrides,
+    ) -> Result<Explanation, SelectError> {
+        Ok(self.table_for(device, config)?.explain(device, config, ov))
+    }
 }
 
 /// One row of an explanation.
@@ -416,56 +499,3 @@ pub struct Explanation {
     pub error: Option<SelectError>,
 }
 
-/// Explains the decision for a layer: the verdict on every candidate in the table.
-pub fn explain(
-    table: &'static Table,
-    device: &Device,
-    config: &LayerConfig,
-    ov: &Overrides,
-) -> Explanation {
-    let result = select(table, device, config, ov);
-    let chosen_name = result.as_ref().ok().map(|s| s.entry.name);
-    let mut candidates = Vec::with_capacity(table.entries.len());
-    let mut chosen = None;
-    for (i, e) in table.entries.iter().enumerate() {
-        let verdict = if Some(e.name) == chosen_name {
-            chosen = Some(i);
-            Verdict::Chosen
-        } else {
-            match judge(e, device, config, ov) {
-                Ok(()) => Verdict::Eligible,
-                Err(v) => v,
-            }
-        };
-        candidates.push(Candidate { entry: e, verdict });
-    }
-    let (force_rejected, error) = match result {
-        Ok(s) => (s.force_rejected, None),
-        Err(e) => (None, Some(e)),
-    };
-    Explanation {
-        table,
-        candidates,
-        chosen,
-        force_rejected,
-        error,
-    }
-}
-
-/// Like [`explain`], finding the table in a registry first.
-pub fn explain_in(
-    registry: &Registry,
-    device: &Device,
-    config: &LayerConfig,
-    ov: &Overrides,
-) -> Result<Explanation, SelectError> {
-    let table = find_table(registry, device.platform, config.family()).ok_or_else(|| {
-        SelectError::NoTable {
-            platform: device.platform.to_string(),
-            family: config.family().to_string(),
-            device: device.to_string(),
-            config: config.to_string(),
-        }
-    })?;
-    Ok(explain(table, device, config, ov))
-}

@@ -26,23 +26,41 @@ impl Table {
     }
 }
 
-/// A set of tables; selection picks the one for the device's platform and the layer's
-/// family.
-pub type Registry = [&'static Table];
-
-/// Finds the table for a platform and family in a registry.
-pub fn find_table(
-    registry: &Registry,
-    platform: Platform,
-    family: Family,
-) -> Option<&'static Table> {
-    registry
-        .iter()
-        .copied()
-        .find(|t| t.platform == platform && t.family == family)
+/// A set of tables, one per (platform, family); selection picks the one for the device's
+/// platform and the layer's family. Build one in a `static` from the built-in tables and
+/// your own: `static MINE: Registry = Registry::new(&[&MY_BLOCK, &CPU_SCALED]);`.
+#[derive(Copy, Clone, Debug)]
+pub struct Registry {
+    tables: &'static [&'static Table],
 }
 
-/// Const helpers used by the code `fp8_table!` generates.
+impl Registry {
+    /// A registry of these tables (the first table of a (platform, family) wins).
+    pub const fn new(tables: &'static [&'static Table]) -> Self {
+        Registry { tables }
+    }
+
+    /// The tables, in order.
+    pub const fn tables(&self) -> &'static [&'static Table] {
+        self.tables
+    }
+
+    /// The table for a platform and family.
+    pub fn find(&self, platform: Platform, family: Family) -> Option<&'static Table> {
+        self.tables
+            .iter()
+            .copied()
+            .find(|t| t.platform == platform && t.family == family)
+    }
+
+    /// The entry of a kernel by name (case-insensitive) in any table.
+    pub fn entry(&self, name: &str) -> Option<&'static KernelEntry> {
+        self.tables.iter().find_map(|t| t.entry(name))
+    }
+}
+
+/// Const helpers used by the code `fp8_table!` generates. Not a stable API.
+#[doc(hidden)]
 pub mod build {
     use super::*;
 
@@ -51,7 +69,7 @@ pub mod build {
     }
 
     fn placeholder_construct(
-        _: &crate::config::LayerConfig,
+        _: &crate::build_ctx::BuildCtx<'_>,
     ) -> Result<Box<dyn crate::kernel::Fp8Kernel>, crate::error::KernelError> {
         Err(crate::error::KernelError::backend(
             "placeholder",
@@ -68,6 +86,7 @@ pub mod build {
         force_arch: None,
         backend: "",
         params: &[],
+        numerics: crate::numerics::Numerics::Layer,
         can_implement: placeholder_check,
         construct: placeholder_construct,
     };

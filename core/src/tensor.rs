@@ -8,9 +8,12 @@ use half::{bf16, f16};
 
 use crate::dtype::DType;
 use crate::error::KernelError;
+use crate::param::LayerParam;
 
-/// Device memory as an opaque handle: a raw device address, its size, the device ordinal
-/// and the stream work on it is ordered on. The allocation's owner keeps it alive.
+/// Device memory as an opaque handle: a raw device address, its size and the device
+/// ordinal. The allocation's owner keeps it alive. Work on it is ordered on the stream of
+/// the layer it is handed to (the stream the layer was built with): the caller makes sure
+/// the memory is ready on that stream.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct DeviceMemory {
     /// Device address of the first element.
@@ -19,13 +22,11 @@ pub struct DeviceMemory {
     pub bytes: usize,
     /// CUDA device ordinal.
     pub ordinal: u32,
-    /// Raw `CUstream` the memory is used on (0 for the legacy default stream).
-    pub stream: u64,
 }
 
 /// Read-only element storage.
 #[derive(Copy, Clone, Debug)]
-pub enum Data<'a> {
+pub enum Storage<'a> {
     /// Host f32.
     F32(&'a [f32]),
     /// Host f16.
@@ -40,7 +41,7 @@ pub enum Data<'a> {
 
 /// Writable element storage.
 #[derive(Debug)]
-pub enum DataMut<'a> {
+pub enum StorageMut<'a> {
     /// Host f32.
     F32(&'a mut [f32]),
     /// Host f16.
@@ -53,26 +54,26 @@ pub enum DataMut<'a> {
     Device(DeviceMemory, DType),
 }
 
-impl Data<'_> {
+impl Storage<'_> {
     /// Element type.
     pub fn dtype(&self) -> DType {
         match self {
-            Data::F32(_) => DType::F32,
-            Data::F16(_) => DType::F16,
-            Data::Bf16(_) => DType::Bf16,
-            Data::F8E4m3(_) => DType::F8E4m3,
-            Data::Device(_, d) => *d,
+            Storage::F32(_) => DType::F32,
+            Storage::F16(_) => DType::F16,
+            Storage::Bf16(_) => DType::Bf16,
+            Storage::F8E4m3(_) => DType::F8E4m3,
+            Storage::Device(_, d) => *d,
         }
     }
 
     /// Number of elements the buffer holds.
     pub fn len(&self) -> usize {
         match self {
-            Data::F32(s) => s.len(),
-            Data::F16(s) => s.len(),
-            Data::Bf16(s) => s.len(),
-            Data::F8E4m3(s) => s.len(),
-            Data::Device(m, d) => m.bytes / d.size_bytes(),
+            Storage::F32(s) => s.len(),
+            Storage::F16(s) => s.len(),
+            Storage::Bf16(s) => s.len(),
+            Storage::F8E4m3(s) => s.len(),
+            Storage::Device(m, d) => m.bytes / d.size_bytes(),
         }
     }
 
@@ -82,26 +83,26 @@ impl Data<'_> {
     }
 }
 
-impl DataMut<'_> {
+impl StorageMut<'_> {
     /// Element type.
     pub fn dtype(&self) -> DType {
         match self {
-            DataMut::F32(_) => DType::F32,
-            DataMut::F16(_) => DType::F16,
-            DataMut::Bf16(_) => DType::Bf16,
-            DataMut::F8E4m3(_) => DType::F8E4m3,
-            DataMut::Device(_, d) => *d,
+            StorageMut::F32(_) => DType::F32,
+            StorageMut::F16(_) => DType::F16,
+            StorageMut::Bf16(_) => DType::Bf16,
+            StorageMut::F8E4m3(_) => DType::F8E4m3,
+            StorageMut::Device(_, d) => *d,
         }
     }
 
     /// Number of elements the buffer holds.
     pub fn len(&self) -> usize {
         match self {
-            DataMut::F32(s) => s.len(),
-            DataMut::F16(s) => s.len(),
-            DataMut::Bf16(s) => s.len(),
-            DataMut::F8E4m3(s) => s.len(),
-            DataMut::Device(m, d) => m.bytes / d.size_bytes(),
+            StorageMut::F32(s) => s.len(),
+            StorageMut::F16(s) => s.len(),
+            StorageMut::Bf16(s) => s.len(),
+            StorageMut::F8E4m3(s) => s.len(),
+            StorageMut::Device(m, d) => m.bytes / d.size_bytes(),
         }
     }
 
@@ -115,7 +116,7 @@ impl DataMut<'_> {
 #[derive(Copy, Clone, Debug)]
 pub struct Tensor<'a> {
     /// The elements.
-    pub data: Data<'a>,
+    pub data: Storage<'a>,
     /// `[rows, cols]`.
     pub shape: [usize; 2],
     /// Strides in elements, `[row stride, col stride]`.
@@ -126,7 +127,7 @@ pub struct Tensor<'a> {
 #[derive(Debug)]
 pub struct TensorMut<'a> {
     /// The elements.
-    pub data: DataMut<'a>,
+    pub data: StorageMut<'a>,
     /// `[rows, cols]`.
     pub shape: [usize; 2],
     /// Strides in elements, `[row stride, col stride]`.
@@ -148,7 +149,7 @@ macro_rules! host_ctor {
             #[doc = concat!("A contiguous row-major view of host `", stringify!($t), "` data.")]
             pub fn $name(data: &'a [$t], shape: [usize; 2]) -> Self {
                 Tensor {
-                    data: Data::$var(data),
+                    data: Storage::$var(data),
                     shape,
                     strides: [shape[1], 1],
                 }
@@ -158,7 +159,7 @@ macro_rules! host_ctor {
             #[doc = concat!("A contiguous row-major view of mutable host `", stringify!($t), "` data.")]
             pub fn $mutname(data: &'a mut [$t], shape: [usize; 2]) -> Self {
                 TensorMut {
-                    data: DataMut::$var(data),
+                    data: StorageMut::$var(data),
                     shape,
                     strides: [shape[1], 1],
                 }
@@ -176,7 +177,7 @@ impl<'a> Tensor<'a> {
     /// A contiguous view of device memory.
     pub fn device(mem: DeviceMemory, dtype: DType, shape: [usize; 2]) -> Self {
         Tensor {
-            data: Data::Device(mem, dtype),
+            data: Storage::Device(mem, dtype),
             shape,
             strides: [shape[1], 1],
         }
@@ -220,7 +221,7 @@ impl<'a> TensorMut<'a> {
     /// A contiguous view of writable device memory.
     pub fn device(mem: DeviceMemory, dtype: DType, shape: [usize; 2]) -> Self {
         TensorMut {
-            data: DataMut::Device(mem, dtype),
+            data: StorageMut::Device(mem, dtype),
             shape,
             strides: [shape[1], 1],
         }
@@ -291,16 +292,43 @@ pub struct LayerWeights<'a> {
 }
 
 impl<'a> LayerWeights<'a> {
-    /// The tensor stored under a layer parameter name (`weight`, `weight_scale`,
-    /// `input_scale`, `input_scale_ub`, `bias`), if present.
-    pub fn get(&self, name: &str) -> Option<Tensor<'a>> {
-        match name {
-            "weight" => Some(self.weight),
-            "weight_scale" | "weight_scale_inv" => Some(self.weight_scale),
-            "input_scale" => self.input_scale,
-            "input_scale_ub" => self.input_scale_ub,
-            "bias" => self.bias,
-            _ => None,
+    /// The weight and its scales, without input scales or bias.
+    pub fn new(weight: Tensor<'a>, weight_scale: Tensor<'a>) -> Self {
+        LayerWeights {
+            weight,
+            weight_scale,
+            input_scale: None,
+            input_scale_ub: None,
+            bias: None,
+        }
+    }
+
+    /// With a static input scale `[1, 1]`.
+    pub fn with_input_scale(mut self, t: Tensor<'a>) -> Self {
+        self.input_scale = Some(t);
+        self
+    }
+
+    /// With an upper bound for dynamic per-token scales `[1, 1]`.
+    pub fn with_input_scale_ub(mut self, t: Tensor<'a>) -> Self {
+        self.input_scale_ub = Some(t);
+        self
+    }
+
+    /// With a bias `[1, N]`.
+    pub fn with_bias(mut self, t: Tensor<'a>) -> Self {
+        self.bias = Some(t);
+        self
+    }
+
+    /// The tensor of a layer parameter, if present.
+    pub fn get(&self, param: LayerParam) -> Option<Tensor<'a>> {
+        match param {
+            LayerParam::Weight => Some(self.weight),
+            LayerParam::WeightScale => Some(self.weight_scale),
+            LayerParam::InputScale => self.input_scale,
+            LayerParam::InputScaleUb => self.input_scale_ub,
+            LayerParam::Bias => self.bias,
         }
     }
 }

@@ -86,14 +86,14 @@ pub enum TuningError {
 
 /// A set of measured winners, sorted for allocation-free lookup.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Tuning {
+pub struct TuningFile {
     winners: Vec<Winner>,
 }
 
-impl Tuning {
+impl TuningFile {
     /// No measurements.
     pub fn new() -> Self {
-        Tuning::default()
+        TuningFile::default()
     }
 
     /// The default file: `$FP8_LINEAR_TUNING`, else `$XDG_CACHE_HOME/fp8-linear/autotune.tsv`,
@@ -111,8 +111,8 @@ impl Tuning {
     /// Reads a file; a missing file is an empty tuning.
     pub fn load(path: &Path) -> Result<Self, TuningError> {
         match std::fs::read_to_string(path) {
-            Ok(text) => Tuning::parse(&text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Tuning::new()),
+            Ok(text) => TuningFile::parse(&text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TuningFile::new()),
             Err(error) => Err(TuningError::Io {
                 path: path.to_path_buf(),
                 error,
@@ -122,7 +122,7 @@ impl Tuning {
 
     /// Parses the text format.
     pub fn parse(text: &str) -> Result<Self, TuningError> {
-        let mut t = Tuning::new();
+        let mut t = TuningFile::new();
         for (i, line) in text.lines().enumerate() {
             let line_no = i + 1;
             if line.trim().is_empty() || line.starts_with('#') {
@@ -257,11 +257,11 @@ mod tests {
     fn roundtrip_and_lookup() {
         let dev = Device::cuda_profile("NVIDIA H200", crate::Capability::new(9, 0), 132);
         let cfg = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
-        let mut t = Tuning::new();
+        let mut t = TuningFile::new();
         t.record(&dev, &cfg, 16, "PortableBlockFp8", 2.5e-5);
         t.record(&dev, &cfg, 4096, "CublasLtBlockFp8", 1.1e-3);
         t.record(&dev, &cfg, 13, "Other", 3e-5); // same bucket as 16: replaces
-        let back = Tuning::parse(&t.to_text()).unwrap();
+        let back = TuningFile::parse(&t.to_text()).unwrap();
         assert_eq!(back, t);
         let key = device_key(&dev);
         assert_eq!(back.winner(&key, &cfg, 9).unwrap().kernel, "Other");
@@ -275,11 +275,11 @@ mod tests {
 
     #[test]
     fn malformed_lines_name_the_line() {
-        let e = Tuning::parse("# c\nx\tblock-scaled\t1\t2\n").unwrap_err();
+        let e = TuningFile::parse("# c\nx\tblock-scaled\t1\t2\n").unwrap_err();
         assert!(e.to_string().contains("line 2"), "{e}");
-        let e = Tuning::parse("d\tblocky\t1\t2\t4\tK\t1e-3\n").unwrap_err();
+        let e = TuningFile::parse("d\tblocky\t1\t2\t4\tK\t1e-3\n").unwrap_err();
         assert!(e.to_string().contains("unknown family"), "{e}");
-        let e = Tuning::parse("d\tscaled\t1\tx\t4\tK\t1e-3\n").unwrap_err();
+        let e = TuningFile::parse("d\tscaled\t1\tx\t4\tK\t1e-3\n").unwrap_err();
         assert!(e.to_string().contains("k `x`"), "{e}");
     }
 }

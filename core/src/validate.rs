@@ -6,7 +6,7 @@ use crate::dtype::DType;
 use crate::error::KernelError;
 use crate::kernel::Unsupported;
 use crate::quant::GroupShape;
-use crate::tensor::{Data, LayerWeights, Tensor, TensorMut};
+use crate::tensor::{Storage, LayerWeights, Tensor, TensorMut};
 
 /// Rejects layer configs no kernel can run: zero-sized N or K, a non-FP8-representable
 /// group size of 0.
@@ -35,7 +35,7 @@ pub const fn check_config_basics(config: &LayerConfig) -> Result<(), Unsupported
 
 /// Checks that every value of a host f32 scale tensor is finite and positive.
 pub fn check_scales_finite(what: &'static str, t: &Tensor<'_>) -> Result<(), KernelError> {
-    if let Data::F32(s) = t.data {
+    if let Storage::F32(s) = t.data {
         if let Some((index, &value)) = s
             .iter()
             .enumerate()

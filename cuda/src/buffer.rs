@@ -128,13 +128,12 @@ impl<T: Element> DeviceBuffer<T> {
         &self.gpu
     }
 
-    /// The opaque handle core's tensors hold (ordered on the GPU's default stream).
+    /// The opaque handle core's tensors hold.
     pub fn memory(&self) -> DeviceMemory {
         DeviceMemory {
             ptr: self.ptr(),
             bytes: self.slice.num_bytes(),
             ordinal: self.gpu.ordinal(),
-            stream: self.gpu.stream().cu_stream() as u64,
         }
     }
 

@@ -1,6 +1,7 @@
-//! One [`Gpu`] per device ordinal, created on first use and shared process-wide, so kernels
-//! built from a `LayerConfig` find their GPU: the CUDA context, its stream, loaded modules
-//! and the cuBLASLt handle with its workspace.
+//! [`Gpu`]: a CUDA context and the stream a layer works on, with the context's loaded
+//! modules and a cuBLASLt handle. The caller makes it (from an ordinal, or from the cudarc
+//! context and stream its framework already owns) and hands it to the layers it builds;
+//! nothing in this crate finds a GPU by itself.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -13,109 +14,157 @@ use crate::cublaslt::Lt;
 use crate::error::CudaError;
 use crate::{device, probe};
 
-/// A CUDA device ready for work.
-pub struct Gpu {
+/// What every stream of one context shares: the context, its description and its loaded
+/// modules.
+struct Shared {
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
     device: Device,
     capability: Capability,
-    pub(crate) modules: Mutex<HashMap<CacheKey, Arc<CudaModule>>>,
+    modules: Mutex<HashMap<CacheKey, Arc<CudaModule>>>,
+}
+
+/// A CUDA device ready for work: a context and the stream every layer built on this handle
+/// allocates, copies and launches on. Handles made with [`Gpu::with_stream`] share the
+/// context's loaded modules.
+pub struct Gpu {
+    shared: Arc<Shared>,
+    stream: Arc<CudaStream>,
     lt: OnceLock<Result<Arc<Lt>, CudaError>>,
 }
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gpu").field("device", &self.device).finish()
+        f.debug_struct("Gpu")
+            .field("device", &self.shared.device)
+            .field("stream", &(self.stream.cu_stream() as usize))
+            .finish()
     }
-}
-
-/// The process-wide [`Gpu`] for a device ordinal, created on first use. Errors (no driver,
-/// no such device) are values.
-pub fn gpu(ordinal: u32) -> Result<Arc<Gpu>, CudaError> {
-    static GPUS: OnceLock<Mutex<HashMap<u32, Arc<Gpu>>>> = OnceLock::new();
-    let map = GPUS.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = map.lock().expect("gpu registry poisoned");
-    if let Some(g) = map.get(&ordinal) {
-        return Ok(g.clone());
-    }
-    let g = Arc::new(Gpu::open(ordinal)?);
-    map.insert(ordinal, g.clone());
-    Ok(g)
 }
 
 impl Gpu {
-    fn open(ordinal: u32) -> Result<Self, CudaError> {
+    /// Opens device `ordinal` (its primary context) with the context's default stream.
+    /// [`CudaError::NoSuchDevice`] when the machine has no such device, other errors (no
+    /// driver) as values.
+    pub fn open(ordinal: u32) -> Result<Arc<Gpu>, CudaError> {
         probe::driver()?;
-        let device = device::describe(ordinal as usize)?;
+        let count = device::device_count()?;
+        if ordinal as usize >= count {
+            return Err(CudaError::NoSuchDevice {
+                ordinal,
+                count: count as u32,
+            });
+        }
         let ctx = CudaContext::new(ordinal as usize)
             .map_err(|e| CudaError::driver(format!("creating a context on device {ordinal}"), e))?;
         // Kernels take raw device pointers; ordering is by stream, not by cudarc's
         // per-allocation events.
-        // SAFETY: done before any allocation on this context.
+        // SAFETY: done before any allocation through this context handle.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
-        let capability = device.capability.expect("CUDA devices have a capability");
-        Ok(Gpu {
-            ctx,
+        Self::from_cudarc(ctx, stream)
+    }
+
+    /// A handle over a context and stream the caller already owns (an engine's, candle's):
+    /// layers built on it upload to that context and launch on that stream. The context's
+    /// settings (event tracking) are left as the caller made them.
+    pub fn from_cudarc(
+        ctx: Arc<CudaContext>,
+        stream: Arc<CudaStream>,
+    ) -> Result<Arc<Gpu>, CudaError> {
+        probe::driver()?;
+        if !Arc::ptr_eq(stream.context(), &ctx) {
+            return Err(CudaError::InvalidArgument(format!(
+                "the stream belongs to the context of device {}, not to device {}'s context",
+                stream.context().ordinal(),
+                ctx.ordinal()
+            )));
+        }
+        let device = device::describe(ctx.ordinal())?;
+        let capability = device.capability.ok_or_else(|| CudaError::NoDevice {
+            detail: "the device reports no compute capability".into(),
+        })?;
+        Ok(Arc::new(Gpu {
+            shared: Arc::new(Shared {
+                ctx,
+                device,
+                capability,
+                modules: Mutex::new(HashMap::new()),
+            }),
             stream,
-            device,
-            capability,
-            modules: Mutex::new(HashMap::new()),
             lt: OnceLock::new(),
-        })
+        }))
+    }
+
+    /// A handle on the same context (and its loaded modules) with another stream of it.
+    pub fn with_stream(&self, stream: Arc<CudaStream>) -> Result<Arc<Gpu>, CudaError> {
+        if !Arc::ptr_eq(stream.context(), &self.shared.ctx) {
+            return Err(CudaError::InvalidArgument(
+                "the stream belongs to another context".into(),
+            ));
+        }
+        Ok(Arc::new(Gpu {
+            shared: self.shared.clone(),
+            stream,
+            lt: OnceLock::new(),
+        }))
+    }
+
+    /// A handle on the same context with a new stream of its own.
+    pub fn fork_stream(&self) -> Result<Arc<Gpu>, CudaError> {
+        let stream = self
+            .shared
+            .ctx
+            .new_stream()
+            .map_err(|e| CudaError::driver("creating a stream", e))?;
+        self.with_stream(stream)
     }
 
     /// The device's description.
     pub fn device(&self) -> &Device {
-        &self.device
+        &self.shared.device
     }
 
     /// The device's exact compute capability.
     pub fn capability(&self) -> Capability {
-        self.capability
+        self.shared.capability
     }
 
     /// The device ordinal.
     pub fn ordinal(&self) -> u32 {
-        self.ctx.ordinal() as u32
+        self.shared.ctx.ordinal() as u32
     }
 
     /// The CUDA context.
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+        &self.shared.ctx
     }
 
-    /// The stream this crate allocates and copies on (the context's default stream).
+    /// The stream this handle allocates, copies and launches on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
-    /// A stream handle for a raw `CUstream` taken from a tensor's
-    /// [`DeviceMemory`](fp8_linear_core::DeviceMemory) (0 is the default stream).
-    ///
-    /// # Safety
-    /// `raw` must be 0 or a live stream of this device's context that outlives the returned
-    /// handle's use.
-    pub unsafe fn borrow_stream(&self, raw: u64) -> Arc<CudaStream> {
-        if raw == 0 {
-            self.stream.clone()
-        } else {
-            self.ctx
-                .wrap_borrowed_stream(raw as cudarc::driver::sys::CUstream)
-        }
+    /// The stream as a raw `CUstream` address (for cuBLASLt and raw driver calls).
+    pub fn raw_stream(&self) -> u64 {
+        self.stream.cu_stream() as u64
     }
 
-    /// Blocks until all work on the default stream has finished.
+    /// The loaded modules of the context (shared by every stream's handle).
+    pub(crate) fn modules(&self) -> &Mutex<HashMap<CacheKey, Arc<CudaModule>>> {
+        &self.shared.modules
+    }
+
+    /// Blocks until all work on this handle's stream has finished.
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.stream
             .synchronize()
             .map_err(|e| CudaError::driver("stream synchronize", e))
     }
 
-    /// The device's cuBLASLt handle and 32 MiB workspace, created on first use.
+    /// This handle's cuBLASLt handle and 32 MiB workspace, created on first use.
     pub fn cublaslt(&self) -> Result<Arc<Lt>, CudaError> {
         self.lt
-            .get_or_init(|| Lt::new(self.ctx.clone(), self.stream.clone()).map(Arc::new))
+            .get_or_init(|| Lt::new(self.shared.ctx.clone(), self.stream.clone()).map(Arc::new))
             .clone()
     }
 }

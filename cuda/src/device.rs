@@ -55,6 +55,7 @@ pub fn describe(ordinal: usize) -> Result<Device, CudaError> {
         capability: Some(Capability::new(major as u8, minor as u8)),
         name: Cow::Owned(name),
         sm_count: sms as u32,
+        cpu_cores: 0,
         memory_bytes: mem as u64,
         ordinal: Some(ordinal as u32),
     })

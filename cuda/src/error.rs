@@ -19,6 +19,14 @@ pub enum CudaError {
         /// Why (zero devices, ordinal out of range, init failure).
         detail: String,
     },
+    /// A device ordinal this machine does not have.
+    #[error("no CUDA device {ordinal}: this machine has {count}")]
+    NoSuchDevice {
+        /// The ordinal asked for.
+        ordinal: u32,
+        /// Devices present.
+        count: u32,
+    },
     /// A CUDA library besides the driver (NVRTC, cuBLASLt) could not be loaded.
     #[error("CUDA library {lib} not found (searched for {searched}); install the CUDA runtime libraries or add them to LD_LIBRARY_PATH")]
     MissingLibrary {
@@ -92,6 +100,7 @@ impl CudaError {
             self,
             CudaError::NoDriver { .. }
                 | CudaError::NoDevice { .. }
+                | CudaError::NoSuchDevice { .. }
                 | CudaError::MissingLibrary { .. }
         )
     }
@@ -99,6 +108,11 @@ impl CudaError {
 
 impl From<CudaError> for fp8_linear_core::KernelError {
     fn from(e: CudaError) -> Self {
-        fp8_linear_core::KernelError::backend("cuda", e)
+        match e {
+            CudaError::NoSuchDevice { ordinal, count } => {
+                fp8_linear_core::KernelError::NoSuchDevice { ordinal, count }
+            }
+            e => fp8_linear_core::KernelError::backend("cuda", e),
+        }
     }
 }

@@ -22,7 +22,7 @@ pub mod probe;
 pub mod timer;
 
 pub use buffer::DeviceBuffer;
-pub use context::{gpu, Gpu};
+pub use context::Gpu;
 pub use device::{device_count, discover};
 pub use error::CudaError;
 pub use module::{LoadSource, LoadStats, ModuleSpec};

@@ -110,7 +110,7 @@ impl Gpu {
             st
         };
         if let Some(m) = self
-            .modules
+            .modules()
             .lock()
             .expect("module cache poisoned")
             .get(&key)
@@ -159,7 +159,7 @@ impl Gpu {
     }
 
     fn remember(&self, key: CacheKey, m: &Arc<CudaModule>) {
-        self.modules
+        self.modules()
             .lock()
             .expect("module cache poisoned")
             .insert(key, m.clone());
@@ -168,6 +168,6 @@ impl Gpu {
     /// Forgets the in-memory modules (the next load comes from disk); for cache tests and
     /// benchmarks of load time.
     pub fn forget_modules(&self) {
-        self.modules.lock().expect("module cache poisoned").clear();
+        self.modules().lock().expect("module cache poisoned").clear();
     }
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use fp8_linear::cuda::marlin::plan::Tuning;
+use fp8_linear::cuda::marlin::plan::MarlinPipeline;
 use fp8_linear::cuda::runtime::cudarc;
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{CublasLtBlockFp8, MarlinFp8, PortableBlockFp8};
@@ -302,20 +302,20 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
 /// of 20 flushed launches each, one table.
 fn sweep(gpu: &Arc<Gpu>) {
     let tunings = [
-        Tuning::default(),
-        Tuning {
+        MarlinPipeline::default(),
+        MarlinPipeline {
             depth: [2, 2, 2],
             min_blocks: [6, 4, 3],
         },
-        Tuning {
+        MarlinPipeline {
             depth: [2, 2, 1],
             min_blocks: [5, 4, 3],
         },
-        Tuning {
+        MarlinPipeline {
             depth: [3, 2, 2],
             min_blocks: [6, 4, 3],
         },
-        Tuning {
+        MarlinPipeline {
             depth: [2, 3, 2],
             min_blocks: [6, 3, 2],
         },

@@ -1,9 +1,9 @@
 //! The autotune pass: time every kernel that can run a layer on this device, for a few M,
-//! and record the fastest per M bucket in a [`Tuning`] that `select_tuned` consults.
+//! and record the fastest per M bucket in a [`TuningFile`] that `select_tuned` consults.
 
 use fp8_linear_core::tuning::device_key;
 use fp8_linear_core::{
-    explain_in, Device, KernelEntry, LayerConfig, Overrides, Registry, SelectError, Tuning,
+    Device, KernelEntry, LayerConfig, Overrides, Registry, SelectError, TuningFile,
 };
 
 /// One timed candidate.
@@ -28,10 +28,10 @@ pub fn autotune_layer(
     config: &LayerConfig,
     ms: &[usize],
     overrides: &Overrides,
-    tuning: &mut Tuning,
+    tuning: &mut TuningFile,
     mut time: impl FnMut(&'static KernelEntry, usize) -> Result<f64, String>,
 ) -> Result<Vec<Measurement>, SelectError> {
-    let ex = explain_in(registry, device, config, overrides)?;
+    let ex = registry.explain(device, config, overrides)?;
     if let Some(e) = ex.error {
         return Err(e);
     }

@@ -4,11 +4,17 @@
 //! device, the kernel to run. Kernels are declared with `#[fp8_kernel(...)]`; tables are
 //! constant and validated at compile time; selection walks them against the device.
 //!
+//! The device goes one way: the caller names a [`Target`] (the CPU, a GPU with the CUDA
+//! context and stream the engine owns, or a profile for plans), selection judges kernels
+//! against its device, the kernel's constructor receives it in a [`BuildCtx`], and every
+//! launch uses its stream.
+//!
 //! ```
-//! use fp8_linear::{Device, DType, LayerConfig, Overrides};
+//! use fp8_linear::{tables::BUILTIN, DType, LayerConfig, Overrides, Target};
 //!
 //! let layer = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
-//! let chosen = fp8_linear::select_builtin(&Device::host_cpu(), &layer, &Overrides::none()).unwrap();
+//! let target = Target::cpu();
+//! let chosen = BUILTIN.select(target.device(), &layer, &Overrides::none()).unwrap();
 //! assert_eq!(chosen.entry.name, "CpuFp8Gemm");
 //! ```
 
@@ -22,29 +28,30 @@ pub mod cpu;
 pub mod cuda;
 mod linear;
 pub mod tables;
+mod target;
 
-pub use fp8_linear_core::*;
 pub use linear::{Linear, LinearError};
+pub use target::Target;
+
+// The core vocabulary an engine author needs, re-exported by name.
+pub use fp8_linear_core::{
+    fp8_kernel, fp8_table, ArchSpec, BuildCtx, Candidate, Capability, DType, Device, DeviceMemory,
+    Explanation, Family, Fp8Kernel, GroupShape, KernelEntry, KernelError, KernelName,
+    KernelOptions, LayerConfig, LayerParam, LayerParams, LayerWeights, Numerics, Options,
+    OptionsError, OverrideSource, Overrides, Platform, QuantKey, Registered, Registry, ScaleDtype,
+    SelectError, Selected, Storage, StorageMut, Table, Tensor, TensorMut, TuningError, TuningFile,
+    UnknownProfile, Unsupported, Verdict,
+};
+// Modules with helpers for kernel authors (checks, FP8 conversion, tuning-file keys).
+pub use fp8_linear_core::{fp8, kernel, options, select, tuning, validate};
+/// The element types of 16-bit activations.
+pub use half::{bf16, f16};
+
+/// Paths the macros' generated code uses. Not a stable API.
+#[doc(hidden)]
+pub use fp8_linear_core::__private;
 
 /// The README's Rust examples, compiled as doctests so the README stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
-
-/// Selects a kernel from the built-in tables.
-pub fn select_builtin(
-    device: &Device,
-    config: &LayerConfig,
-    overrides: &Overrides,
-) -> Result<Selected<'static>, SelectError> {
-    select_in(tables::BUILTIN, device, config, overrides)
-}
-
-/// Explains the decision of [`select_builtin`]: every candidate with its verdict.
-pub fn explain_builtin(
-    device: &Device,
-    config: &LayerConfig,
-    overrides: &Overrides,
-) -> Result<Explanation, SelectError> {
-    explain_in(tables::BUILTIN, device, config, overrides)
-}

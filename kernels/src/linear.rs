@@ -2,9 +2,11 @@
 
 use fp8_linear_core::tuning::device_key;
 use fp8_linear_core::{
-    find_table, select_in, select_tuned, Device, Fp8Kernel, KernelEntry, KernelError, LayerConfig,
-    LayerWeights, Overrides, Registry, SelectError, Tensor, TensorMut, Tuning,
+    Fp8Kernel, KernelEntry, KernelError, KernelOptions, LayerConfig, LayerWeights, Options,
+    Registry, SelectError, Tensor, TensorMut, TuningFile,
 };
+
+use crate::target::Target;
 
 /// Why a [`Linear`] could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +19,11 @@ pub enum LinearError {
     Kernel(#[from] KernelError),
 }
 
-/// One FP8 linear layer bound to the kernel selected for a device.
+/// One FP8 linear layer bound to the kernel selected for a target.
+///
+/// On a GPU, the layer's weights live on the target's context and every `forward` enqueues
+/// on the target's stream (the one rule for streams: a layer runs on the stream it was built
+/// for); inputs and outputs must be device memory of that GPU, ready on that stream.
 pub struct Linear {
     entry: &'static KernelEntry,
     kernel: Box<dyn Fp8Kernel>,
@@ -25,61 +31,59 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// Selects a kernel from the built-in tables for `device`, builds it and processes the
-    /// weights.
+    /// Selects a kernel from the built-in tables for the target's device, builds it there
+    /// and processes the weights.
     pub fn new(
-        device: &Device,
+        target: &Target,
         config: &LayerConfig,
         weights: &LayerWeights<'_>,
-        overrides: &Overrides,
+        options: &Options,
     ) -> Result<Self, LinearError> {
-        Self::with_registry(crate::tables::BUILTIN, device, config, weights, overrides)
+        Self::with_registry(&crate::tables::BUILTIN, target, config, weights, options)
     }
 
     /// Like [`Linear::new`], with your own tables.
     pub fn with_registry(
         registry: &Registry,
-        device: &Device,
+        target: &Target,
         config: &LayerConfig,
         weights: &LayerWeights<'_>,
-        overrides: &Overrides,
+        options: &Options,
     ) -> Result<Self, LinearError> {
-        let entry = select_in(registry, device, config, overrides)?.entry;
-        Self::with_entry(entry, config, weights)
+        let entry = registry
+            .select(target.device(), config, &options.overrides)?
+            .entry;
+        Self::with_entry(entry, target, config, weights, &options.kernel)
     }
 
     /// Like [`Linear::new`], but a measured autotune winner for this device, layer and M
-    /// bucket goes first (see [`Tuning`]); without one, the static order.
+    /// bucket goes first (see [`TuningFile`]); without one, the static order.
     pub fn new_tuned(
-        device: &Device,
+        target: &Target,
         config: &LayerConfig,
         m: usize,
-        tuning: &Tuning,
+        tuning: &TuningFile,
         weights: &LayerWeights<'_>,
-        overrides: &Overrides,
+        options: &Options,
     ) -> Result<Self, LinearError> {
-        let family = config.family();
-        let table =
-            find_table(crate::tables::BUILTIN, device.platform, family).ok_or_else(|| {
-                SelectError::NoTable {
-                    platform: device.platform.to_string(),
-                    family: family.to_string(),
-                    device: device.to_string(),
-                    config: config.to_string(),
-                }
-            })?;
+        let device = target.device();
         let key = device_key(device);
-        let entry = select_tuned(table, device, &key, config, m, tuning, overrides)?.entry;
-        Self::with_entry(entry, config, weights)
+        let entry = crate::tables::BUILTIN
+            .select_tuned(device, &key, config, m, tuning, &options.overrides)?
+            .entry;
+        Self::with_entry(entry, target, config, weights, &options.kernel)
     }
 
-    /// Builds a specific kernel for the layer (no selection).
+    /// Builds a specific kernel for the layer on the target (no selection; the kernel must
+    /// still be able to run on the target's device).
     pub fn with_entry(
         entry: &'static KernelEntry,
+        target: &Target,
         config: &LayerConfig,
         weights: &LayerWeights<'_>,
+        options: &KernelOptions,
     ) -> Result<Self, LinearError> {
-        let mut kernel = entry.build(config)?;
+        let mut kernel = entry.build(&target.build_ctx(config, options))?;
         kernel.process_weights(weights)?;
         Ok(Linear {
             entry,

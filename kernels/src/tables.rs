@@ -1,7 +1,7 @@
 //! The built-in kernel tables, one per (platform, family), and the registry that holds
 //! them. Downstream crates build their own with `fp8_table!` (see the crate docs).
 
-use fp8_linear_core::{fp8_table, Registry, Table};
+use fp8_linear_core::{fp8_table, Registry};
 
 use crate::cpu::{CpuFp8Gemm, CpuReference};
 #[cfg(feature = "cuda")]
@@ -39,22 +39,17 @@ fp8_table! {
     pub CUDA_WEIGHT_ONLY: Cuda, WeightOnly = [MarlinFp8];
 }
 
-/// Every built-in table.
+/// Every built-in table: selection for any device and layer starts here.
 #[cfg(feature = "cuda")]
-pub static BUILTIN: &Registry = &[
+pub static BUILTIN: Registry = Registry::new(&[
     &CUDA_BLOCK,
     &CUDA_SCALED,
     &CUDA_WEIGHT_ONLY,
     &CPU_BLOCK,
     &CPU_SCALED,
     &CPU_WEIGHT_ONLY,
-];
+]);
 
-/// Every built-in table.
+/// Every built-in table: selection for any device and layer starts here.
 #[cfg(not(feature = "cuda"))]
-pub static BUILTIN: &Registry = &[&CPU_BLOCK, &CPU_SCALED, &CPU_WEIGHT_ONLY];
-
-/// Every built-in table, for listing.
-pub fn all() -> &'static [&'static Table] {
-    BUILTIN
-}
+pub static BUILTIN: Registry = Registry::new(&[&CPU_BLOCK, &CPU_SCALED, &CPU_WEIGHT_ONLY]);

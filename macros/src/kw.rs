@@ -14,4 +14,4 @@ pub const PLATFORMS: [&str; 5] = ["Cuda", "Rocm", "Cpu", "Xpu", "Tpu"];
 pub const FAMILIES: [&str; 3] = ["BlockScaled", "Scaled", "WeightOnly"];
 
 /// Keys accepted by `#[fp8_kernel(...)]`, for the "unsupported argument" message.
-pub const KERNEL_KEYS: &str = "platform, priority, arch, params, backend, force_arch, crate";
+pub const KERNEL_KEYS: &str = "platform, priority, arch, params, numerics, backend, force_arch, crate";

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use fp8_linear::cpu::reference;
 use fp8_linear::cuda::runtime::buffer::Element;
 use fp8_linear::cuda::runtime::{self, DeviceBuffer, Gpu};
-use fp8_linear::{DType, Fp8Kernel, KernelEntry, KernelError, LayerConfig, LayerWeights, Tensor};
+use fp8_linear::{
+    DType, Fp8Kernel, KernelEntry, KernelError, KernelOptions, LayerConfig, LayerWeights, Target,
+    Tensor,
+};
 use half::{bf16, f16};
 
 use crate::layers::{quantize_groups, random_activations, random_block_weight};
@@ -17,10 +20,15 @@ pub fn cuda_required() -> bool {
     std::env::var("FP8_REQUIRE_CUDA").is_ok_and(|v| v.trim() == "1")
 }
 
-/// The GPU (device 0, with NVRTC available), or None after printing why the test skips.
-/// Panics instead of skipping when `FP8_REQUIRE_CUDA=1`.
+/// The GPU (device 0, with NVRTC available; opened once per test process, on its default
+/// stream), or None after printing why the test skips. Panics instead of skipping when
+/// `FP8_REQUIRE_CUDA=1`.
 pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
-    let got = runtime::probe::nvrtc().and_then(|_| runtime::gpu(0));
+    static GPU: std::sync::OnceLock<Result<Arc<Gpu>, runtime::CudaError>> =
+        std::sync::OnceLock::new();
+    let got = GPU
+        .get_or_init(|| runtime::probe::nvrtc().and_then(|_| Gpu::open(0)))
+        .clone();
     match got {
         Ok(g) => Some(g),
         Err(e) => {
@@ -145,13 +153,16 @@ impl AnyBuffer {
     }
 }
 
-/// Builds a kernel from its entry (config checked), processes the weights.
+/// Builds a kernel from its entry on `gpu` (device and config checked), processes the
+/// weights.
 pub fn build(
+    gpu: &Arc<Gpu>,
     entry: &'static KernelEntry,
     cfg: &LayerConfig,
     w: &LayerWeights<'_>,
 ) -> Result<Box<dyn Fp8Kernel>, KernelError> {
-    let mut k = entry.build(cfg)?;
+    let target = Target::from_gpu(gpu.clone());
+    let mut k = entry.build(&target.build_ctx(cfg, &KernelOptions::none()))?;
     k.process_weights(w)?;
     Ok(k)
 }
@@ -252,7 +263,7 @@ pub fn check_block_kernel(
             bias: None,
         }
     };
-    let mut kernel = build(entry, &cfg, &weights).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+    let mut kernel = build(&gpu, entry, &cfg, &weights).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
     let x = random_activations(m, k);
     let (got, exact) =
         run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap_or_else(|e| panic!("{}: {e}", entry.name));

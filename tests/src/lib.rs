@@ -29,9 +29,6 @@ macro_rules! inert_kernel_impl {
             ) -> ::core::result::Result<(), ::fp8_linear::KernelError> {
                 Ok(())
             }
-            fn name(&self) -> &'static str {
-                stringify!($name)
-            }
         }
     };
 }

@@ -1,10 +1,10 @@
 //! Bad input gets a typed error that names the problem, never a panic.
 
 use fp8_linear::cpu::{CpuFp8Gemm, CpuReference};
-use fp8_linear::tensor::DeviceMemory;
+use fp8_linear::DeviceMemory;
 use fp8_linear::{
-    DType, KernelEntry, KernelError, LayerConfig, LayerWeights, Linear, Registered, Tensor,
-    TensorMut,
+    BuildCtx, DType, KernelEntry, KernelError, KernelOptions, LayerConfig, LayerWeights, Linear,
+    Registered, Target, Tensor, TensorMut,
 };
 use fp8_linear_tests::layers::random_block_weight;
 
@@ -29,7 +29,14 @@ fn build(
         input_scale_ub: None,
         bias: None,
     };
-    Linear::with_entry(entry, &cfg(), &weights).map_err(|e| e.to_string())
+    Linear::with_entry(
+        entry,
+        &Target::cpu(),
+        &cfg(),
+        &weights,
+        &KernelOptions::none(),
+    )
+    .map_err(|e| e.to_string())
 }
 
 #[test]
@@ -87,9 +94,15 @@ fn wrong_weight_dtype_is_rejected() {
         input_scale_ub: None,
         bias: None,
     };
-    let err = Linear::with_entry(&CpuFp8Gemm::ENTRY, &cfg(), &weights)
-        .err()
-        .unwrap();
+    let err = Linear::with_entry(
+        &CpuFp8Gemm::ENTRY,
+        &Target::cpu(),
+        &cfg(),
+        &weights,
+        &KernelOptions::none(),
+    )
+    .err()
+    .unwrap();
     assert!(
         err.to_string()
             .contains("dtype mismatch for weight: expected f8e4m3, got f32"),
@@ -179,7 +192,6 @@ fn per_call_input_errors() {
             ptr: 0x1000,
             bytes: 4 * K * 4,
             ordinal: 0,
-            stream: 0,
         };
         let err = lin
             .forward(
@@ -196,7 +208,9 @@ fn per_call_input_errors() {
 
 #[test]
 fn apply_before_process_weights_is_an_error() {
-    let mut k = (CpuFp8Gemm::ENTRY.construct)(&cfg()).unwrap();
+    let target = Target::cpu();
+    let opts = KernelOptions::none();
+    let mut k = (CpuFp8Gemm::ENTRY.construct)(&target.build_ctx(&cfg(), &opts)).unwrap();
     let x = vec![0f32; K];
     let mut o = vec![0f32; N];
     let err = k
@@ -223,16 +237,27 @@ fn static_layer_without_input_scale_is_rejected() {
         input_scale_ub: None,
         bias: None,
     };
-    let err = Linear::with_entry(&CpuFp8Gemm::ENTRY, &cfg, &weights)
-        .err()
-        .unwrap();
+    let err = Linear::with_entry(
+        &CpuFp8Gemm::ENTRY,
+        &Target::cpu(),
+        &cfg,
+        &weights,
+        &KernelOptions::none(),
+    )
+    .err()
+    .unwrap();
     assert!(err.to_string().contains("input_scale"), "{err}");
 }
 
 #[test]
 fn building_a_rejected_config_is_a_typed_error() {
     let z = LayerConfig::block_128(N, 0, DType::F32, DType::F32);
-    let err = CpuFp8Gemm::ENTRY.build(&z).err().unwrap();
+    let target = Target::cpu();
+    let opts = KernelOptions::none();
+    let err = CpuFp8Gemm::ENTRY
+        .build(&target.build_ctx(&z, &opts))
+        .err()
+        .unwrap();
     assert!(
         matches!(
             err,
@@ -243,4 +268,75 @@ fn building_a_rejected_config_is_a_typed_error() {
         ),
         "{err}"
     );
+}
+
+/// A layer built for a device profile (an A100 on a machine without one) is refused with a
+/// typed error naming the profile, for every CUDA kernel of the built-in tables; one for a
+/// device that is not the context's (an absent ordinal, no runtime handle) likewise.
+#[test]
+fn building_for_a_profile_or_an_absent_device_is_a_typed_error() {
+    let (w, s) = random_block_weight(N, K, 1);
+    let weights = LayerWeights::new(Tensor::fp8(&w, [N, K]), Tensor::f32(&s, [2, 3]));
+    let opts = KernelOptions::none();
+    for profile in ["a100", "h200", "l40s"] {
+        let target = Target::profile(profile).unwrap();
+        let cfg = LayerConfig::block_128(N, K, DType::Bf16, DType::Bf16);
+        let err = Linear::new(&target, &cfg, &weights, &fp8_linear::Options::none())
+            .err()
+            .unwrap_or_else(|| panic!("{profile}: a layer was built for a profile"));
+        match err {
+            fp8_linear::LinearError::Kernel(KernelError::ProfileDevice { kernel, device }) => {
+                assert!(device.contains(profile), "{profile}: {device}");
+                assert!(!kernel.is_empty());
+            }
+            other => panic!("{profile}: expected ProfileDevice, got {other}"),
+        }
+        // Every CUDA entry built directly: the same typed error, never a panic.
+        #[cfg(feature = "cuda")]
+        for table in fp8_linear::tables::BUILTIN.tables() {
+            for e in table.entries {
+                if e.platform != fp8_linear::Platform::Cuda || (e.can_implement)(&cfg).is_err() {
+                    continue;
+                }
+                let ctx = target.build_ctx(&cfg, &opts);
+                if let Err(err) = e.build(&ctx) {
+                    assert!(
+                        matches!(
+                            err,
+                            KernelError::ProfileDevice { .. } | KernelError::WrongDevice { .. }
+                        ),
+                        "{profile} {}: {err}",
+                        e.name
+                    );
+                } else {
+                    panic!("{profile}: {} was built for a profile", e.name);
+                }
+            }
+        }
+    }
+    // A real-looking CUDA device (ordinal 7) without a runtime handle.
+    let mut dev = fp8_linear::Device::profile("h200").unwrap();
+    dev.ordinal = Some(7);
+    let cfg = LayerConfig::block_128(N, K, DType::Bf16, DType::Bf16);
+    let ctx = BuildCtx::new(&cfg, &dev, &opts);
+    #[cfg(feature = "cuda")]
+    {
+        let err = fp8_linear::cuda::PortableBlockFp8::ENTRY
+            .build(&ctx)
+            .err()
+            .unwrap();
+        assert!(matches!(err, KernelError::NoRuntime { .. }), "{err}");
+    }
+    let _ = ctx;
+    // Opening an absent ordinal: NoSuchDevice where there is a driver, a "no GPU here" error
+    // where there is none; never a panic.
+    #[cfg(feature = "cuda")]
+    match Target::cuda(4096) {
+        Ok(_) => panic!("CUDA device 4096 opened"),
+        Err(KernelError::NoSuchDevice { ordinal, count }) => {
+            assert_eq!(ordinal, 4096);
+            assert!(count < 4096);
+        }
+        Err(e) => assert!(e.to_string().to_lowercase().contains("cuda"), "{e}"),
+    }
 }

@@ -3,7 +3,8 @@
 use fp8_linear::cpu::{reference, CpuFp8Gemm, CpuReference};
 use fp8_linear::fp8::e4m3_to_f32;
 use fp8_linear::{
-    DType, KernelEntry, LayerConfig, LayerWeights, Linear, QuantKey, Registered, Tensor, TensorMut,
+    DType, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Linear, QuantKey, Registered,
+    Target, Tensor, TensorMut,
 };
 use fp8_linear_tests::layers::{quantize_groups, random_activations, random_block_weight};
 use half::{bf16, f16};
@@ -37,7 +38,14 @@ fn run_block(
         bias: None,
     };
     let x = random_activations(m, k);
-    let mut lin = Linear::with_entry(entry, &cfg, &weights).unwrap();
+    let mut lin = Linear::with_entry(
+        entry,
+        &Target::cpu(),
+        &cfg,
+        &weights,
+        &KernelOptions::none(),
+    )
+    .unwrap();
     let got = forward_any(&mut lin, &Tensor::f32(&x, [m, k]), m, n, out);
     let (aq, as_) = quantize_groups(&x, m, k);
     let want = reference::block_gemm_f64(&aq, &as_, &w, &ws, m, n, k, (128, 128));
@@ -122,7 +130,14 @@ fn scaled_and_weight_only_layers_match_reference() {
         input_scale_ub: None,
         bias: None,
     };
-    let mut lin = Linear::with_entry(&CpuFp8Gemm::ENTRY, &cfg, &weights).unwrap();
+    let mut lin = Linear::with_entry(
+        &CpuFp8Gemm::ENTRY,
+        &Target::cpu(),
+        &cfg,
+        &weights,
+        &KernelOptions::none(),
+    )
+    .unwrap();
     let got = forward_any(&mut lin, &Tensor::f32(&x, [m, k]), m, n, DType::F32);
     let mut q = vec![0u8; m * k];
     fp8_linear::cpu::quantize::per_tensor_into(&x, Some(input_scale[0]), &mut q);
@@ -136,7 +151,14 @@ fn scaled_and_weight_only_layers_match_reference() {
         input_scale: None,
         ..weights
     };
-    let mut lin = Linear::with_entry(&CpuFp8Gemm::ENTRY, &cfg, &weights).unwrap();
+    let mut lin = Linear::with_entry(
+        &CpuFp8Gemm::ENTRY,
+        &Target::cpu(),
+        &cfg,
+        &weights,
+        &KernelOptions::none(),
+    )
+    .unwrap();
     let got = forward_any(&mut lin, &Tensor::f32(&x, [m, k]), m, n, DType::F32);
     let mut s = vec![0f32; m];
     fp8_linear::cpu::quantize::per_token_into(&x, k, None, &mut q, &mut s);
@@ -159,7 +181,14 @@ fn scaled_and_weight_only_layers_match_reference() {
             ),
             _ => (Tensor::f32(&x, [m, k]), x.clone()),
         };
-        let mut lin = Linear::with_entry(&CpuFp8Gemm::ENTRY, &cfg, &weights).unwrap();
+        let mut lin = Linear::with_entry(
+            &CpuFp8Gemm::ENTRY,
+            &Target::cpu(),
+            &cfg,
+            &weights,
+            &KernelOptions::none(),
+        )
+        .unwrap();
         let got = forward_any(&mut lin, &input, m, n, dt);
         let want = reference::weight_only_f64(&xs, &w, m, n, k, |j, _| chan[j]);
         let err = reference::rel_frobenius(&got, &want);
@@ -183,7 +212,14 @@ fn bias_is_added() {
     };
     let x = random_activations(m, k);
     for entry in [&CpuFp8Gemm::ENTRY, &CpuReference::ENTRY] {
-        let mut lin = Linear::with_entry(entry, &cfg, &weights).unwrap();
+        let mut lin = Linear::with_entry(
+            entry,
+            &Target::cpu(),
+            &cfg,
+            &weights,
+            &KernelOptions::none(),
+        )
+        .unwrap();
         let got = forward_any(&mut lin, &Tensor::f32(&x, [m, k]), m, n, DType::F32);
         let (aq, as_) = quantize_groups(&x, m, k);
         let mut want = reference::block_gemm_f64(&aq, &as_, &w, &ws, m, n, k, (128, 128));

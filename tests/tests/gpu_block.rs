@@ -119,7 +119,7 @@ fn cublaslt_block_ragged_k_and_m() {
         // The kernel declares sm_90 exactly; selection never picks it elsewhere.
         let cfg = LayerConfig::block_128(256, 384, DType::Bf16, DType::Bf16);
         assert!(
-            fp8_linear::select_builtin(gpu.device(), &cfg, &Default::default())
+            fp8_linear::tables::BUILTIN.select(gpu.device(), &cfg, &Default::default())
                 .map(|s| s.entry.name != "CublasLtBlockFp8")
                 .unwrap_or(true)
         );

@@ -8,7 +8,7 @@ use fp8_linear::cuda::{
     CublasLtBlockFp8, CublasLtFp8PerTensor, CublasLtFp8Rowwise, PortableBlockFp8,
 };
 use fp8_linear::{
-    DType, Data, DeviceMemory, Fp8Kernel, KernelError, LayerConfig, LayerWeights, QuantKey, Tensor,
+    DType, Storage, DeviceMemory, Fp8Kernel, KernelError, LayerConfig, LayerWeights, QuantKey, Tensor,
     TensorMut,
 };
 use fp8_linear_tests::gpu::{gpu_or_skip, AnyBuffer};
@@ -99,7 +99,7 @@ fn bad_inputs_give_typed_errors() {
     let short = DeviceBuffer::<u8>::zeros(&gpu, n * k - 1).unwrap();
     let r = kernel.process_weights(&LayerWeights {
         weight: Tensor {
-            data: Data::Device(short.memory(), DType::F8E4m3),
+            data: Storage::Device(short.memory(), DType::F8E4m3),
             shape: [n, k],
             strides: [k, 1],
         },
@@ -130,7 +130,7 @@ fn bad_inputs_give_typed_errors() {
     assert!(matches!(r, Err(KernelError::Shape { .. })), "{r:?}");
     // wrong input dtype (f32 view of the bf16 buffer's memory)
     let mem = match xb.tensor([m, k]).data {
-        Data::Device(mem, _) => mem,
+        Storage::Device(mem, _) => mem,
         _ => unreachable!(),
     };
     let r = kernel.apply(

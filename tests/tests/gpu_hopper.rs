@@ -19,7 +19,7 @@ fn hopper(test: &str) -> Option<std::sync::Arc<fp8_linear::cuda::runtime::Gpu>> 
     let cap = gpu.capability();
     if (cap.major, cap.minor) != (9, 0) {
         let cfg = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
-        let chosen = fp8_linear::select_builtin(gpu.device(), &cfg, &Default::default());
+        let chosen = fp8_linear::tables::BUILTIN.select(gpu.device(), &cfg, &Default::default());
         assert!(chosen
             .map(|s| s.entry.name != "HopperBlockFp8")
             .unwrap_or(true));
@@ -152,7 +152,7 @@ fn selected_first_on_hopper() {
         return;
     };
     let cfg = LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16);
-    let s = fp8_linear::select_builtin(gpu.device(), &cfg, &Default::default()).unwrap();
+    let s = fp8_linear::tables::BUILTIN.select(gpu.device(), &cfg, &Default::default()).unwrap();
     assert_eq!(s.entry.name, "HopperBlockFp8");
 }
 
@@ -200,7 +200,7 @@ fn diagnose_small_m() {
         let quant = ActQuant::new(&gpu).unwrap();
         let xt = xd.tensor([m, k]);
         let xptr = match xt.data {
-            fp8_linear::Data::Device(mem, _) => mem.ptr,
+            fp8_linear::Storage::Device(mem, _) => mem.ptr,
             _ => unreachable!(),
         };
         // SAFETY: sizes as allocated above; default stream.

@@ -13,7 +13,7 @@ use fp8_linear::cuda::marlin::{emulate::emulate, repack, SOURCE};
 use fp8_linear::cuda::runtime::{DeviceBuffer, Gpu};
 use fp8_linear::cuda::MarlinFp8;
 use fp8_linear::fp8::e4m3_to_f32;
-use fp8_linear::quant::{GroupShape, ScaleDtype};
+use fp8_linear::{GroupShape, ScaleDtype};
 use fp8_linear::{
     Capability, DType, Fp8Kernel, LayerConfig, LayerWeights, Linear, Overrides, QuantKey, Tensor,
 };

@@ -63,7 +63,7 @@ fn group128_bit_exact() {
                 let scales = DeviceBuffer::<f32>::zeros(&gpu, (m.div_ceil(4) * 4 + 4) * g).unwrap();
                 let xm = xb.tensor([m, k]);
                 let ptr = match xm.data {
-                    fp8_linear::Data::Device(mem, _) => mem.ptr,
+                    fp8_linear::Storage::Device(mem, _) => mem.ptr,
                     _ => unreachable!(),
                 };
                 // SAFETY: buffers sized as the call requires, default stream.
@@ -115,7 +115,7 @@ fn per_token_and_per_tensor_bit_exact() {
             let x = nasty(m, k);
             let (xb, exact) = upload_as(&gpu, &x, d);
             let ptr = match xb.tensor([m, k]).data {
-                fp8_linear::Data::Device(mem, _) => mem.ptr,
+                fp8_linear::Storage::Device(mem, _) => mem.ptr,
                 _ => unreachable!(),
             };
             let ldq = k.div_ceil(16) * 16;

@@ -8,8 +8,8 @@ use fp8_linear::cpu::reference::{rel_frobenius, weight_only_f64};
 use fp8_linear::cuda::marlin::emulate::emulate;
 use fp8_linear::cuda::marlin::repack::{self, bit_trick, half_bits_to_f32, prepare};
 use fp8_linear::fp8::{e4m3_to_f32, f32_to_e4m3};
-use fp8_linear::quant::{GroupShape, QuantKey, ScaleDtype};
 use fp8_linear::{DType, KernelError, LayerConfig};
+use fp8_linear::{GroupShape, QuantKey, ScaleDtype};
 use half::{bf16, f16};
 use rand::Rng;
 

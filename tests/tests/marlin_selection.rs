@@ -5,12 +5,11 @@
 //! constructor with the four layer parameter names, and Marlin's config checks.
 
 use fp8_linear::cuda::MarlinFp8;
-use fp8_linear::quant::{GroupShape, ScaleDtype};
 use fp8_linear::{
-    explain_builtin, select_builtin, ArchSpec, Capability, DType, Device, Family, Fp8Kernel,
-    KernelError, LayerConfig, Overrides, QuantKey, Registered, SelectError, Source, Tensor,
-    TensorMut, Verdict,
+    ArchSpec, Capability, DType, Device, Family, Fp8Kernel, KernelError, LayerConfig,
+    OverrideSource, Overrides, QuantKey, Registered, SelectError, Tensor, TensorMut, Verdict,
 };
+use fp8_linear::{GroupShape, ScaleDtype};
 
 const MARLIN: &str = "MarlinFp8";
 
@@ -24,11 +23,15 @@ fn a100_and_rtx3090_pick_marlin_and_explain_every_faster_rejection() {
     for profile in ["a100", "rtx3090", "a10"] {
         let device = Device::profile(profile).unwrap();
         let cap = device.capability.unwrap();
-        let chosen = select_builtin(&device, &block_layer(), &Overrides::none()).unwrap();
+        let chosen = fp8_linear::tables::BUILTIN
+            .select(&device, &block_layer(), &Overrides::none())
+            .unwrap();
         assert_eq!(chosen.entry.name, MARLIN, "{profile}");
         assert!(chosen.force_rejected.is_none());
 
-        let ex = explain_builtin(&device, &block_layer(), &Overrides::none()).unwrap();
+        let ex = fp8_linear::tables::BUILTIN
+            .explain(&device, &block_layer(), &Overrides::none())
+            .unwrap();
         assert_eq!(ex.table.family, Family::BlockScaled);
         let chosen_at = ex.chosen.expect("a kernel is chosen");
         assert_eq!(ex.candidates[chosen_at].entry.name, MARLIN);
@@ -107,7 +110,9 @@ fn hopper_and_ada_pick_the_fast_kernels() {
         // An aligned layer (every fast kernel takes it) and the ragged one.
         let aligned = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
         for cfg in [aligned, block_layer()] {
-            let chosen = select_builtin(&device, &cfg, &Overrides::none()).unwrap();
+            let chosen = fp8_linear::tables::BUILTIN
+                .select(&device, &cfg, &Overrides::none())
+                .unwrap();
             assert_ne!(chosen.entry.name, MARLIN, "{profile} {cfg}");
             if profile != "l40s" {
                 // Hopper: a kernel before Marlin in the table (a faster one) for the
@@ -122,7 +127,9 @@ fn hopper_and_ada_pick_the_fast_kernels() {
             } else {
                 assert_eq!(chosen.entry.name, "PortableBlockFp8", "{profile}");
             }
-            let ex = explain_builtin(&device, &cfg, &Overrides::none()).unwrap();
+            let ex = fp8_linear::tables::BUILTIN
+                .explain(&device, &cfg, &Overrides::none())
+                .unwrap();
             let marlin = ex
                 .candidates
                 .iter()
@@ -141,20 +148,26 @@ fn hopper_and_ada_pick_the_fast_kernels() {
 #[test]
 fn forcing_marlin_by_name_works_on_h200_through_force_arch() {
     let h200 = Device::profile("h200").unwrap();
-    for src in [Source::Api, Source::Env] {
+    for src in [OverrideSource::Api, OverrideSource::Env] {
         let ov = Overrides {
             force: Some(("marlinfp8".into(), src)),
             ..Overrides::none()
         };
-        let s = select_builtin(&h200, &block_layer(), &ov).unwrap();
+        let s = fp8_linear::tables::BUILTIN
+            .select(&h200, &block_layer(), &ov)
+            .unwrap();
         assert_eq!(s.entry.name, MARLIN);
         assert!(s.force_rejected.is_none());
-        let ex = explain_builtin(&h200, &block_layer(), &ov).unwrap();
+        let ex = fp8_linear::tables::BUILTIN
+            .explain(&h200, &block_layer(), &ov)
+            .unwrap();
         assert_eq!(ex.candidates[ex.chosen.unwrap()].entry.name, MARLIN);
     }
     // The weight-only table too.
     let wo = LayerConfig::weight_only(QuantKey::WEIGHT_BLOCK_128, 4096, 7168, DType::Bf16);
-    let s = select_builtin(&h200, &wo, &Overrides::none().force(MARLIN)).unwrap();
+    let s = fp8_linear::tables::BUILTIN
+        .select(&h200, &wo, &Overrides::none().force(MARLIN))
+        .unwrap();
     assert_eq!(s.entry.name, MARLIN);
     assert_eq!(
         MarlinFp8::ENTRY.force_arch,
@@ -166,7 +179,7 @@ fn forcing_marlin_by_name_works_on_h200_through_force_arch() {
 fn forcing_marlin_on_turing_is_refused_with_the_reason() {
     let t4 = Device::profile("t4").unwrap();
     let ov = Overrides::none().force(MARLIN);
-    match select_builtin(&t4, &block_layer(), &ov) {
+    match fp8_linear::tables::BUILTIN.select(&t4, &block_layer(), &ov) {
         Err(SelectError::NoKernel { reasons, .. }) => {
             let (_, why) = reasons.iter().find(|(n, _)| *n == MARLIN).unwrap();
             assert!(why.contains("requires compute capability"), "{why}");
@@ -184,8 +197,9 @@ fn weight_only_layers_on_ampere_use_marlin() {
     ] {
         for dt in [DType::Bf16, DType::F16] {
             let c = LayerConfig::weight_only(key, 1000, 3000, dt);
-            let s =
-                select_builtin(&Device::profile("a100").unwrap(), &c, &Overrides::none()).unwrap();
+            let s = fp8_linear::tables::BUILTIN
+                .select(&Device::profile("a100").unwrap(), &c, &Overrides::none())
+                .unwrap();
             assert_eq!(s.entry.name, MARLIN, "{key} {dt}");
         }
     }
@@ -193,19 +207,42 @@ fn weight_only_layers_on_ampere_use_marlin() {
 
 #[test]
 fn typed_constructor_takes_the_four_parameter_names() {
+    use fp8_linear::{KernelOptions, LayerParam, Target};
     let c = block_layer();
     assert_eq!(
-        MarlinFp8::LAYER_PARAMS.names(),
-        &["weight", "weight_scale", "input_scale", "input_scale_ub"]
+        MarlinFp8::LAYER_PARAMS.params(),
+        &[
+            LayerParam::Weight,
+            LayerParam::WeightScale,
+            LayerParam::InputScale,
+            LayerParam::InputScaleUb
+        ]
     );
-    assert_eq!(MarlinFp8::ENTRY.params, MarlinFp8::LAYER_PARAMS.names());
-    let k = MarlinFp8::new(&c, MarlinFp8::LAYER_PARAMS).unwrap();
-    assert_eq!(k.params().names()[1], "weight_scale");
-    // The uniform constructor in the entry calls the same typed `new`.
-    let boxed = MarlinFp8::ENTRY.build(&c).unwrap();
+    assert_eq!(MarlinFp8::ENTRY.params, MarlinFp8::LAYER_PARAMS.params());
+    assert_eq!(MarlinFp8::ENTRY.numerics, fp8_linear::Numerics::W8A16);
+    let opts = KernelOptions::none();
+    // The uniform constructor in the entry calls the same typed `new`, which takes its GPU
+    // from the build context: for a profile that is a typed error naming the kernel.
+    let a100 = Target::profile("a100").unwrap();
+    match MarlinFp8::ENTRY.build(&a100.build_ctx(&c, &opts)) {
+        Err(KernelError::ProfileDevice { kernel, device }) => {
+            assert_eq!(kernel, MARLIN);
+            assert!(device.contains("a100"), "{device}");
+        }
+        Err(e) => panic!("expected ProfileDevice, got {e}"),
+        Ok(_) => panic!("built for a profile"),
+    }
+    let Some(gpu) = fp8_linear_tests::gpu::gpu_or_skip("typed_constructor (GPU part)") else {
+        return;
+    };
+    let target = Target::from_gpu(gpu);
+    let ctx = target.build_ctx(&c, &opts);
+    let k = MarlinFp8::new(&ctx, MarlinFp8::LAYER_PARAMS).unwrap();
+    assert_eq!(k.params().params()[1], LayerParam::WeightScale);
+    let boxed = MarlinFp8::ENTRY.build(&ctx).unwrap();
     assert_eq!(boxed.name(), MARLIN);
-    // Bad input before weights: typed errors, no GPU touched.
-    let mut k = MarlinFp8::new(&c, MarlinFp8::LAYER_PARAMS).unwrap();
+    // Bad input before weights: typed errors.
+    let mut k = MarlinFp8::new(&ctx, MarlinFp8::LAYER_PARAMS).unwrap();
     let x = vec![half::bf16::ZERO; 3884];
     let mut y = vec![half::bf16::ZERO; 7748];
     let r = k.apply(
@@ -243,7 +280,13 @@ fn config_checks_give_reasons() {
     let mut empty = block_layer();
     empty.n = 0;
     assert!(MarlinFp8::can_implement(&empty).is_err());
-    assert!(MarlinFp8::new(&f32_in, MarlinFp8::LAYER_PARAMS).is_err());
+    // The typed constructor checks the config before it looks for its GPU.
+    let target = fp8_linear::Target::profile("a100").unwrap();
+    let opts = fp8_linear::KernelOptions::none();
+    assert!(matches!(
+        MarlinFp8::new(&target.build_ctx(&f32_in, &opts), MarlinFp8::LAYER_PARAMS),
+        Err(KernelError::Unsupported { .. })
+    ));
     // Accepted: every granularity the kernel handles, odd sizes, bias, f16.
     let mut ok = LayerConfig::weight_only(QuantKey::WEIGHT_PER_CHANNEL, 7, 5, DType::F16);
     ok.bias = true;
@@ -258,32 +301,26 @@ fn config_checks_give_reasons() {
 }
 
 #[test]
-fn process_weights_without_a_gpu_is_an_error_value() {
-    // On a machine without a CUDA driver (CI), loading the weights reports why instead of
-    // panicking; on a GPU host the GPU tests (gpu_marlin.rs) cover this path.
-    if fp8_linear::cuda::runtime::gpu(0).is_ok() {
-        eprintln!("a GPU is present: covered by gpu_marlin.rs");
-        return;
-    }
+fn bad_weights_are_rejected_before_anything_is_uploaded() {
+    // Without a GPU (CI) a Marlin layer cannot be built at all: opening the GPU is an error
+    // value, never a panic. On a GPU host, bad weights are rejected before any upload.
+    let target = match fp8_linear::Target::cuda(0) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("no GPU ({e}): the CPU side is the error value above");
+            return;
+        }
+    };
     let (n, k) = (64, 128);
     let c = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
     let codes = vec![0x38u8; n * k];
     let scales = vec![1.0f32; 1];
-    let w = fp8_linear::LayerWeights {
-        weight: Tensor::fp8(&codes, [n, k]),
-        weight_scale: Tensor::f32(&scales, [1, 1]),
-        input_scale: None,
-        input_scale_ub: None,
-        bias: None,
-    };
-    let mut kernel = MarlinFp8::new(&c, MarlinFp8::LAYER_PARAMS).unwrap();
-    let r = kernel.process_weights(&w);
-    assert!(matches!(r, Err(KernelError::Backend { .. })), "{r:?}");
-    // Bad weights are rejected before the GPU is looked for.
-    let short = fp8_linear::LayerWeights {
-        weight: Tensor::fp8(&codes[..100], [n, k]),
-        ..w
-    };
+    let opts = fp8_linear::KernelOptions::none();
+    let mut kernel = MarlinFp8::new(&target.build_ctx(&c, &opts), MarlinFp8::LAYER_PARAMS).unwrap();
+    let short = fp8_linear::LayerWeights::new(
+        Tensor::fp8(&codes[..100], [n, k]),
+        Tensor::f32(&scales, [1, 1]),
+    );
     let r = kernel.process_weights(&short);
     assert!(
         matches!(r, Err(KernelError::BufferTooSmall { .. })),

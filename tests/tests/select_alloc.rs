@@ -5,7 +5,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use fp8_linear::tables::CPU_BLOCK;
-use fp8_linear::{select, select_builtin, DType, Device, LayerConfig, Overrides};
+use fp8_linear::{DType, Device, LayerConfig, Overrides};
 
 struct Counting;
 
@@ -43,13 +43,15 @@ fn success_path_allocates_nothing() {
         Device::profile("a100").unwrap(),
         Device::profile("h200").unwrap(),
     ];
-    profiles.retain(|d| select_builtin(d, &layer, &none).is_ok());
+    profiles.retain(|d| fp8_linear::tables::BUILTIN.select(d, &layer, &none).is_ok());
     let n = allocations_during(|| {
         for _ in 0..100 {
-            assert!(select_builtin(&cpu, &layer, &none).is_ok());
-            assert!(select(&CPU_BLOCK, &cpu, &layer, &skip).is_ok());
+            assert!(fp8_linear::tables::BUILTIN
+                .select(&cpu, &layer, &none)
+                .is_ok());
+            assert!(CPU_BLOCK.select(&cpu, &layer, &skip).is_ok());
             for d in &profiles {
-                assert!(select_builtin(d, &layer, &none).is_ok());
+                assert!(fp8_linear::tables::BUILTIN.select(d, &layer, &none).is_ok());
             }
         }
     });

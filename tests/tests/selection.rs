@@ -1,10 +1,7 @@
 //! Selection behaviour: overrides, error messages, explain, the environment variables.
 
 use fp8_linear::tables::CPU_BLOCK;
-use fp8_linear::{
-    explain, select, select_builtin, DType, Device, LayerConfig, Overrides, SelectError, Source,
-    Verdict,
-};
+use fp8_linear::{DType, Device, LayerConfig, OverrideSource, Overrides, SelectError, Verdict};
 
 fn block() -> LayerConfig {
     LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16)
@@ -12,7 +9,9 @@ fn block() -> LayerConfig {
 
 #[test]
 fn cpu_default_is_the_fast_kernel() {
-    let s = select_builtin(&Device::host_cpu(), &block(), &Overrides::none()).unwrap();
+    let s = fp8_linear::tables::BUILTIN
+        .select(&Device::host_cpu(), &block(), &Overrides::none())
+        .unwrap();
     assert_eq!(s.entry.name, "CpuFp8Gemm");
     assert!(s.force_rejected.is_none());
 }
@@ -20,7 +19,7 @@ fn cpu_default_is_the_fast_kernel() {
 #[test]
 fn force_picks_a_runnable_kernel() {
     let ov = Overrides::none().force("cpureference");
-    let s = select(&CPU_BLOCK, &Device::cpu(2), &block(), &ov).unwrap();
+    let s = CPU_BLOCK.select(&Device::cpu(2), &block(), &ov).unwrap();
     assert_eq!(s.entry.name, "CpuReference");
 }
 
@@ -32,7 +31,7 @@ fn force_of_a_kernel_that_cannot_run_falls_back_and_says_why() {
     };
     let ov = Overrides::none().force("CpuReference");
     // Nothing can run an f8 output: the forced kernel is rejected and so is the rest.
-    let err = select(&CPU_BLOCK, &Device::cpu(2), &bad, &ov).unwrap_err();
+    let err = CPU_BLOCK.select(&Device::cpu(2), &bad, &ov).unwrap_err();
     assert!(
         err.to_string()
             .contains("output dtype must be f32, bf16 or f16"),
@@ -43,10 +42,13 @@ fn force_of_a_kernel_that_cannot_run_falls_back_and_says_why() {
 #[test]
 fn disabling_falls_through_to_the_next_kernel() {
     let ov = Overrides::none().disable("CpuFp8Gemm");
-    let s = select(&CPU_BLOCK, &Device::cpu(2), &block(), &ov).unwrap();
+    let s = CPU_BLOCK.select(&Device::cpu(2), &block(), &ov).unwrap();
     assert_eq!(s.entry.name, "CpuReference");
-    let ex = explain(&CPU_BLOCK, &Device::cpu(2), &block(), &ov);
-    assert_eq!(ex.candidates[0].verdict, Verdict::Disabled(Source::Api));
+    let ex = CPU_BLOCK.explain(&Device::cpu(2), &block(), &ov);
+    assert_eq!(
+        ex.candidates[0].verdict,
+        Verdict::Disabled(OverrideSource::Api)
+    );
     assert_eq!(ex.candidates[1].verdict, Verdict::Chosen);
 }
 
@@ -55,7 +57,9 @@ fn all_rejected_error_lists_every_candidate_in_order() {
     let ov = Overrides::none()
         .disable("CpuFp8Gemm")
         .disable("CpuReference");
-    let err = select(&CPU_BLOCK, &Device::cpu(2), &block(), &ov).unwrap_err();
+    let err = CPU_BLOCK
+        .select(&Device::cpu(2), &block(), &ov)
+        .unwrap_err();
     let text = err.to_string();
     assert!(text.starts_with("Failed to find a kernel"), "{text}");
     let lines: Vec<&str> = text.lines().skip(1).collect();
@@ -73,10 +77,12 @@ fn all_rejected_error_lists_every_candidate_in_order() {
 #[test]
 fn backend_filter() {
     let ov = Overrides::none().backend("cpu_reference");
-    let s = select(&CPU_BLOCK, &Device::cpu(2), &block(), &ov).unwrap();
+    let s = CPU_BLOCK.select(&Device::cpu(2), &block(), &ov).unwrap();
     assert_eq!(s.entry.name, "CpuReference");
     let ov = Overrides::none().backend("cutlass");
-    let err = select(&CPU_BLOCK, &Device::cpu(2), &block(), &ov).unwrap_err();
+    let err = CPU_BLOCK
+        .select(&Device::cpu(2), &block(), &ov)
+        .unwrap_err();
     assert!(matches!(err, SelectError::NoSuchBackend { .. }), "{err}");
     assert!(err.to_string().contains("cpu_reference"), "{err}");
 }
@@ -84,7 +90,9 @@ fn backend_filter() {
 #[test]
 fn zero_sized_layers_are_rejected_with_a_reason() {
     let z = LayerConfig::block_128(0, 128, DType::Bf16, DType::Bf16);
-    let err = select(&CPU_BLOCK, &Device::cpu(2), &z, &Overrides::none()).unwrap_err();
+    let err = CPU_BLOCK
+        .select(&Device::cpu(2), &z, &Overrides::none())
+        .unwrap_err();
     assert!(
         err.to_string()
             .contains("N (output features) must be at least 1"),
@@ -95,11 +103,23 @@ fn zero_sized_layers_are_rejected_with_a_reason() {
 #[test]
 fn cpu_kernels_do_not_run_on_a_gpu_device() {
     let a100 = Device::profile("a100").unwrap();
-    let err = select(&CPU_BLOCK, &a100, &block(), &Overrides::none()).unwrap_err();
+    let err = CPU_BLOCK
+        .select(&a100, &block(), &Overrides::none())
+        .unwrap_err();
+    // A platform mismatch is named as one (not as a compute-capability mismatch).
     assert!(
-        err.to_string().contains("requires compute capability"),
+        err.to_string()
+            .contains("is a cpu kernel; the device is a cuda device"),
         "{err}"
     );
+    let ex = CPU_BLOCK.explain(&a100, &block(), &Overrides::none());
+    assert!(ex.candidates.iter().all(|c| matches!(
+        c.verdict,
+        Verdict::PlatformMismatch {
+            kernel: fp8_linear::Platform::Cpu,
+            device: fp8_linear::Platform::Cuda
+        }
+    )));
 }
 
 #[test]
@@ -116,14 +136,15 @@ fn environment_overrides_are_read() {
         std::env::remove_var("FP8_LINEAR_FORCE");
     }
     assert_eq!(ov.disabled.len(), 2);
-    assert_eq!(ov.disabled[0], ("CpuFp8Gemm".to_string(), Source::Env));
-    let ex = explain(
-        &CPU_BLOCK,
-        &Device::cpu(2),
-        &block(),
-        &Overrides { force: None, ..ov },
+    assert_eq!(
+        ov.disabled[0],
+        ("CpuFp8Gemm".to_string(), OverrideSource::Env)
     );
-    assert_eq!(ex.candidates[0].verdict, Verdict::Disabled(Source::Env));
+    let ex = CPU_BLOCK.explain(&Device::cpu(2), &block(), &Overrides { force: None, ..ov });
+    assert_eq!(
+        ex.candidates[0].verdict,
+        Verdict::Disabled(OverrideSource::Env)
+    );
     assert!(ex.candidates[0]
         .verdict
         .to_string()

@@ -2,7 +2,7 @@
 //! dtypes, the kernel chosen (or `-` when nothing fits, in which case the error must list
 //! every candidate of the table with its reason). Update the table when a kernel is added.
 
-use fp8_linear::{select_builtin, DType, Device, LayerConfig, Overrides, QuantKey, SelectError};
+use fp8_linear::{DType, Device, LayerConfig, Overrides, QuantKey, SelectError};
 
 /// Columns of [`EXPECTED`], each for bf16 then f16 output.
 const KINDS: [&str; 4] = ["block", "per-tensor-static", "per-token", "per-channel"];
@@ -88,10 +88,11 @@ fn selection_matrix() {
                 DType::F16
             };
             let cfg = config(kind, out);
-            let got = match select_builtin(&device, &cfg, &ov) {
+            let got = match fp8_linear::tables::BUILTIN.select(&device, &cfg, &ov) {
                 Ok(s) => s.entry.name.to_string(),
                 Err(SelectError::NoKernel { table, reasons, .. }) => {
-                    let t = fp8_linear::tables::all()
+                    let t = fp8_linear::tables::BUILTIN
+                        .tables()
                         .iter()
                         .find(|t| t.name == table)
                         .unwrap();

@@ -5,7 +5,7 @@
 use fp8_linear::autotune::autotune_layer;
 use fp8_linear::tables::CPU_BLOCK;
 use fp8_linear::tuning::device_key;
-use fp8_linear::{select_tuned, DType, Device, LayerConfig, Overrides, Tuning};
+use fp8_linear::{DType, Device, LayerConfig, Overrides, TuningFile};
 
 fn layer() -> LayerConfig {
     LayerConfig::block_128(512, 384, DType::Bf16, DType::Bf16)
@@ -16,10 +16,11 @@ fn winner_is_used_per_bucket_and_static_order_otherwise() {
     let cpu = Device::cpu(2);
     let key = device_key(&cpu);
     let none = Overrides::none();
-    let mut t = Tuning::new();
+    let mut t = TuningFile::new();
     t.record(&cpu, &layer(), 16, "CpuReference", 1e-3);
-    let pick = |m: usize, t: &Tuning, ov: &Overrides| {
-        select_tuned(&CPU_BLOCK, &cpu, &key, &layer(), m, t, ov)
+    let pick = |m: usize, t: &TuningFile, ov: &Overrides| {
+        CPU_BLOCK
+            .select_tuned(&cpu, &key, &layer(), m, t, ov)
             .unwrap()
             .entry
             .name
@@ -27,25 +28,27 @@ fn winner_is_used_per_bucket_and_static_order_otherwise() {
     assert_eq!(pick(16, &t, &none), "CpuReference");
     assert_eq!(pick(9, &t, &none), "CpuReference"); // same bucket
     assert_eq!(pick(128, &t, &none), "CpuFp8Gemm"); // no measurement: static order
-    assert_eq!(pick(16, &Tuning::new(), &none), "CpuFp8Gemm"); // no file
-                                                               // A disabled winner is skipped; a forced kernel beats the measurement.
+    assert_eq!(pick(16, &TuningFile::new(), &none), "CpuFp8Gemm"); // no file
+                                                                   // A disabled winner is skipped; a forced kernel beats the measurement.
     let off = Overrides::none().disable("CpuReference");
     assert_eq!(pick(16, &t, &off), "CpuFp8Gemm");
     let forced = Overrides::none().force("CpuFp8Gemm");
     assert_eq!(pick(16, &t, &forced), "CpuFp8Gemm");
     // Another device's measurements do not apply.
     let other = Device::cpu(64);
-    let s = select_tuned(&CPU_BLOCK, &other, "other cpu", &layer(), 16, &t, &none).unwrap();
+    let s = CPU_BLOCK
+        .select_tuned(&other, "other cpu", &layer(), 16, &t, &none)
+        .unwrap();
     assert_eq!(s.entry.name, "CpuFp8Gemm");
 }
 
 #[test]
 fn autotune_records_the_fastest_per_m_and_survives_a_file_roundtrip() {
     let cpu = Device::cpu(2);
-    let mut t = Tuning::new();
+    let mut t = TuningFile::new();
     // A deterministic clock: the reference kernel "wins" at small M, the fast one at large M.
     let ms = autotune_layer(
-        fp8_linear::tables::BUILTIN,
+        &fp8_linear::tables::BUILTIN,
         &cpu,
         &layer(),
         &[1, 256],
@@ -66,25 +69,18 @@ fn autotune_records_the_fastest_per_m_and_survives_a_file_roundtrip() {
     let dir = std::env::temp_dir().join(format!("fp8-tuning-{}", std::process::id()));
     let path = dir.join("autotune.tsv");
     t.save(&path).unwrap();
-    let back = Tuning::load(&path).unwrap();
+    let back = TuningFile::load(&path).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     let key = device_key(&cpu);
     let pick = |m| {
-        select_tuned(
-            &CPU_BLOCK,
-            &cpu,
-            &key,
-            &layer(),
-            m,
-            &back,
-            &Overrides::none(),
-        )
-        .unwrap()
-        .entry
-        .name
+        CPU_BLOCK
+            .select_tuned(&cpu, &key, &layer(), m, &back, &Overrides::none())
+            .unwrap()
+            .entry
+            .name
     };
     assert_eq!(pick(1), "CpuReference");
     assert_eq!(pick(200), "CpuFp8Gemm");
     // A missing file is an empty tuning, not an error.
-    assert!(Tuning::load(&dir.join("none.tsv")).unwrap().is_empty());
+    assert!(TuningFile::load(&dir.join("none.tsv")).unwrap().is_empty());
 }

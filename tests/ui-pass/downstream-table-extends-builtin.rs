@@ -28,9 +28,6 @@ impl Fp8Kernel for MyCpuKernel {
     fn apply(&mut self, _: &Tensor<'_>, _: &mut TensorMut<'_>) -> Result<(), KernelError> {
         Ok(())
     }
-    fn name(&self) -> &'static str {
-        "MyCpuKernel"
-    }
 }
 
 fp8_table! {

@@ -26,9 +26,6 @@ impl Fp8Kernel for MyMarlin {
     fn apply(&mut self, _: &Tensor<'_>, _: &mut TensorMut<'_>) -> Result<(), KernelError> {
         Ok(())
     }
-    fn name(&self) -> &'static str {
-        "MyMarlin"
-    }
 }
 
 fn main() {

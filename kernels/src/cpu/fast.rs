@@ -6,7 +6,8 @@
 use fp8_linear_core::kernel::processed;
 use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
-    fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
+    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
+    Unsupported,
 };
 use rayon::prelude::*;
 
@@ -29,10 +30,10 @@ pub struct CpuFp8Gemm {
 }
 
 impl CpuFp8Gemm {
-    /// Builds the kernel for a layer.
-    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+    /// Builds the kernel for the context's layer.
+    pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(CpuFp8Gemm {
-            config: *config,
+            config: *ctx.config(),
             w: Vec::new(),
             bias: None,
             host: None,
@@ -110,7 +111,7 @@ impl Fp8Kernel for CpuFp8Gemm {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        let host = HostWeights::load(self.name(), &self.config, weights)?;
+        let host = HostWeights::load(Self::NAME, &self.config, weights)?;
         self.w = host.dequantized();
         self.bias = host.bias.clone();
         self.host = Some(host);
@@ -118,7 +119,7 @@ impl Fp8Kernel for CpuFp8Gemm {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let name = self.name();
+        let name = Self::NAME;
         let c = self.config;
         let host = processed(&mut self.host, name)?;
         let m = check_io(&c, input, output)?;
@@ -138,9 +139,5 @@ impl Fp8Kernel for CpuFp8Gemm {
             }
         }
         write_output(name, &self.acc, output)
-    }
-
-    fn name(&self) -> &'static str {
-        "CpuFp8Gemm"
     }
 }

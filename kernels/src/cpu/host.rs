@@ -3,7 +3,7 @@
 
 use fp8_linear_core::fp8::e4m3_to_f32;
 use fp8_linear_core::quant::GroupShape;
-use fp8_linear_core::tensor::{Data, DataMut};
+use fp8_linear_core::tensor::{Storage, StorageMut};
 use fp8_linear_core::{DType, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut};
 use half::{bf16, f16};
 
@@ -26,17 +26,17 @@ pub fn to_f32(
     let n = t.shape[0] * t.shape[1];
     buf.clear();
     match t.data {
-        Data::F32(s) => buf.extend_from_slice(&s[..n]),
-        Data::Bf16(s) => buf.extend(s[..n].iter().map(|v| v.to_f32())),
-        Data::F16(s) => buf.extend(s[..n].iter().map(|v| v.to_f32())),
-        Data::F8E4m3(_) => {
+        Storage::F32(s) => buf.extend_from_slice(&s[..n]),
+        Storage::Bf16(s) => buf.extend(s[..n].iter().map(|v| v.to_f32())),
+        Storage::F16(s) => buf.extend(s[..n].iter().map(|v| v.to_f32())),
+        Storage::F8E4m3(_) => {
             return Err(KernelError::DType {
                 what,
                 expected: "f32, bf16 or f16".into(),
                 got: DType::F8E4m3,
             })
         }
-        Data::Device(..) => return Err(host_only(what, kernel)),
+        Storage::Device(..) => return Err(host_only(what, kernel)),
     }
     Ok(())
 }
@@ -49,23 +49,23 @@ pub fn write_output(
 ) -> Result<(), KernelError> {
     let n = acc.len();
     match &mut out.data {
-        DataMut::F32(o) => o[..n].copy_from_slice(acc),
-        DataMut::Bf16(o) => o[..n]
+        StorageMut::F32(o) => o[..n].copy_from_slice(acc),
+        StorageMut::Bf16(o) => o[..n]
             .iter_mut()
             .zip(acc)
             .for_each(|(o, v)| *o = bf16::from_f32(*v)),
-        DataMut::F16(o) => o[..n]
+        StorageMut::F16(o) => o[..n]
             .iter_mut()
             .zip(acc)
             .for_each(|(o, v)| *o = f16::from_f32(*v)),
-        DataMut::F8E4m3(_) => {
+        StorageMut::F8E4m3(_) => {
             return Err(KernelError::DType {
                 what: "output",
                 expected: "f32, bf16 or f16".into(),
                 got: DType::F8E4m3,
             })
         }
-        DataMut::Device(..) => return Err(host_only("output", kernel)),
+        StorageMut::Device(..) => return Err(host_only("output", kernel)),
     }
     Ok(())
 }
@@ -105,7 +105,7 @@ impl HostWeights {
     ) -> Result<Self, KernelError> {
         fp8_linear_core::validate::check_layer_weights(config, w)?;
         let codes = match w.weight.data {
-            Data::F8E4m3(s) => s[..config.n * config.k].to_vec(),
+            Storage::F8E4m3(s) => s[..config.n * config.k].to_vec(),
             _ => return Err(host_only("weight", kernel)),
         };
         if let Some(index) = codes.iter().position(|c| c & 0x7f == 0x7f) {

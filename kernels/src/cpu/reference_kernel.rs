@@ -5,7 +5,8 @@ use fp8_linear_core::fp8::e4m3_to_f32;
 use fp8_linear_core::kernel::processed;
 use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
-    fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
+    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
+    Unsupported,
 };
 
 use super::checks::cpu_can_implement;
@@ -23,14 +24,20 @@ pub struct CpuReference {
 }
 
 impl CpuReference {
-    /// Builds the kernel for a layer.
-    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
-        Ok(CpuReference {
+    /// Builds the kernel for the context's layer.
+    pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
+        Ok(Self::for_layer(ctx.config()))
+    }
+
+    /// The reference for a layer: it needs no device, so it can be made from the config
+    /// alone (the oracle tests and the CLI check other kernels against).
+    pub fn for_layer(config: &LayerConfig) -> Self {
+        CpuReference {
             config: *config,
             weights: None,
             act: ActScratch::default(),
             acc: Vec::new(),
-        })
+        }
     }
 }
 
@@ -40,12 +47,12 @@ impl Fp8Kernel for CpuReference {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        self.weights = Some(HostWeights::load(self.name(), &self.config, weights)?);
+        self.weights = Some(HostWeights::load(Self::NAME, &self.config, weights)?);
         Ok(())
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let name = self.name();
+        let name = Self::NAME;
         let c = self.config;
         let w = processed(&mut self.weights, name)?;
         let m = check_io(&c, input, output)?;
@@ -77,9 +84,5 @@ impl Fp8Kernel for CpuReference {
             }
         }
         write_output(name, &self.acc, output)
-    }
-
-    fn name(&self) -> &'static str {
-        "CpuReference"
     }
 }

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use fp8_linear_core::tensor::{Data, DataMut};
+use fp8_linear_core::tensor::{Storage, StorageMut};
 use fp8_linear_core::validate::check_io;
-use fp8_linear_core::{DType, DeviceMemory, KernelError, LayerConfig, Tensor, TensorMut};
+use fp8_linear_core::{BuildCtx, DType, DeviceMemory, KernelError, LayerConfig, Tensor, TensorMut};
 use fp8_linear_cuda::{CudaError, Gpu};
 
 /// The device memory behind a tensor, or a typed error for host memory.
@@ -15,7 +15,7 @@ pub fn device_in(
     t: &Tensor<'_>,
 ) -> Result<DeviceMemory, KernelError> {
     match t.data {
-        Data::Device(m, _) => Ok(m),
+        Storage::Device(m, _) => Ok(m),
         _ => Err(KernelError::Device {
             what,
             detail: format!("{kernel} runs on a CUDA GPU and needs device memory; got host memory"),
@@ -30,7 +30,7 @@ pub fn device_out(
     t: &TensorMut<'_>,
 ) -> Result<DeviceMemory, KernelError> {
     match t.data {
-        DataMut::Device(m, _) => Ok(m),
+        StorageMut::Device(m, _) => Ok(m),
         _ => Err(KernelError::Device {
             what,
             detail: format!("{kernel} runs on a CUDA GPU and needs device memory; got host memory"),
@@ -83,17 +83,22 @@ pub fn check_row_count(input: &Tensor<'_>, m: usize, n: usize) -> Result<(), Ker
     Ok(())
 }
 
-/// The ordinal host weights are uploaded to: `FP8_LINEAR_CUDA_DEVICE`, else 0.
-pub fn default_ordinal() -> u32 {
-    std::env::var("FP8_LINEAR_CUDA_DEVICE")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// The process-wide GPU for an ordinal, with the error attributed to the kernel.
-pub fn gpu(kernel: &'static str, ordinal: u32) -> Result<Arc<Gpu>, KernelError> {
-    fp8_linear_cuda::gpu(ordinal).map_err(be(kernel))
+/// The GPU a kernel is built for: the runtime handle in its build context, which must be
+/// the device selection judged the kernel against. Typed errors for a profile device or a
+/// context without a handle.
+pub fn gpu_of(kernel: &'static str, ctx: &BuildCtx<'_>) -> Result<Arc<Gpu>, KernelError> {
+    let gpu = ctx.require_runtime::<Arc<Gpu>>(kernel)?;
+    if ctx.device().ordinal != Some(gpu.ordinal()) {
+        return Err(KernelError::Device {
+            what: "build context",
+            detail: format!(
+                "{kernel} was selected for {} but handed the runtime of CUDA device {}",
+                ctx.device(),
+                gpu.ordinal()
+            ),
+        });
+    }
+    Ok(gpu.clone())
 }
 
 /// Maps a CUDA-layer error to a kernel error naming the kernel.

@@ -11,19 +11,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use fp8_linear_core::{
-    fp8_kernel, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
-    Unsupported,
+    fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
+    TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cublaslt::{Fp8GemmPlan, Fp8GemmShape, Lt, ScaleMode};
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
-use super::common::{be, device_io, Scratch};
+use super::common::{be, device_io, gpu_of, Scratch};
 use super::portable::block_128_checks;
 use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
 use super::weights::DeviceWeights;
 
-const NAME: &str = "CublasLtBlockFp8";
+const NAME: &str = CublasLtBlockFp8::NAME;
 
 /// The order of the activation scales cuBLASLt's VEC128 mode reads (M fastest; `apply`
 /// uses it with M padded to [`M_MULTIPLE`]).
@@ -41,11 +41,11 @@ const MAX_PLANS: usize = 64;
 #[fp8_kernel(platform = Cuda, priority = 2, arch = sm90, backend = cublaslt)]
 pub struct CublasLtBlockFp8 {
     config: LayerConfig,
+    gpu: Arc<Gpu>,
     state: Option<State>,
 }
 
 struct State {
-    gpu: Arc<Gpu>,
     lt: Arc<Lt>,
     w: DeviceWeights,
     /// Weight scales in cuBLASLt's BLK128x128 layout.
@@ -58,10 +58,12 @@ struct State {
 }
 
 impl CublasLtBlockFp8 {
-    /// Builds the kernel for a layer (nothing touches the GPU until `process_weights`).
-    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+    /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
+    /// `process_weights`).
+    pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(CublasLtBlockFp8 {
-            config: *config,
+            config: *ctx.config(),
+            gpu: gpu_of(NAME, ctx)?,
             state: None,
         })
     }
@@ -100,15 +102,14 @@ impl Fp8Kernel for CublasLtBlockFp8 {
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
         let c = self.config;
         // K padded to whole 128-blocks: the block-scaled GEMM then never sees a partial group.
-        let w = DeviceWeights::load_padded(NAME, &c, weights, 128)?;
-        let gpu = w.gpu.clone();
+        let gpu = self.gpu.clone();
+        let w = DeviceWeights::load_padded(NAME, &gpu, &c, weights, 128)?;
         let lt = gpu.cublaslt().map_err(be(NAME))?;
         let (nb, kb) = (c.n.div_ceil(128), c.k.div_ceil(128));
         let bs = DeviceBuffer::from_host(&gpu, &blk128_weight_scales(&w.host_scales, nb, kb))
             .map_err(be(NAME))?;
         let quant = ActQuant::new(&gpu).map_err(be(NAME))?;
         self.state = Some(State {
-            gpu,
             lt,
             w,
             bs,
@@ -122,15 +123,15 @@ impl Fp8Kernel for CublasLtBlockFp8 {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
+        let gpu = self.gpu.clone();
         let st = processed(&mut self.state, NAME)?;
-        let (m, x, out) = device_io(NAME, &c, &st.gpu, input, output)?;
+        let (m, x, out) = device_io(NAME, &c, &gpu, input, output)?;
         let (k, ldk) = (c.k, st.w.ldk);
-        let gpu = st.gpu.clone();
+        let stream = gpu.raw_stream();
         let mp = m.div_ceil(M_MULTIPLE) * M_MULTIPLE;
         // Rows m..mp of the padded activations are whatever the scratch holds: they only
         // reach output rows that are never copied out.
-        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU, and
-        // the stream is the output's.
+        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU.
         let (q, a_s) = unsafe {
             st.act.quantize(
                 &st.quant,
@@ -139,7 +140,6 @@ impl Fp8Kernel for CublasLtBlockFp8 {
                 c.input_dtype,
                 (m, k, mp, ldk),
                 ScaleOrder::ColMajorLd(mp),
-                out.stream,
             )
         }
         .map_err(be(NAME))?;
@@ -169,7 +169,7 @@ impl Fp8Kernel for CublasLtBlockFp8 {
         // SAFETY: weight n*ldk bytes, scales in BLK128x128 layout, activations mp*ldk bytes,
         // activation scales kb*mp floats, output mp*n bf16 (the scratch when padded, else
         // the output, checked by check_io); all on this GPU.
-        unsafe { plan.run(st.w.codes.ptr(), st.bs.ptr(), q, a_s, target, out.stream) }
+        unsafe { plan.run(st.w.codes.ptr(), st.bs.ptr(), q, a_s, target, stream) }
             .map_err(be(NAME))?;
         if mp != m {
             // SAFETY: the first m rows (m*n bf16, contiguous) of the scratch into the output,
@@ -179,16 +179,12 @@ impl Fp8Kernel for CublasLtBlockFp8 {
                     out.ptr,
                     target,
                     m * c.n * 2,
-                    out.stream as cudarc::driver::sys::CUstream,
+                    stream as cudarc::driver::sys::CUstream,
                 )
             }
             .map_err(|e| KernelError::backend(NAME, format!("copying the padded output: {e:?}")))?;
         }
         Ok(())
-    }
-
-    fn name(&self) -> &'static str {
-        NAME
     }
 }
 

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use fp8_linear_core::quant::{GroupShape, ScaleDtype};
 use fp8_linear_core::validate::check_config_basics;
 use fp8_linear_core::{
-    fp8_kernel, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
-    Unsupported,
+    fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
+    TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cublaslt::{Fp8GemmPlan, Fp8GemmShape, Lt, ScaleMode};
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
-use super::common::{be, device_io, Scratch};
+use super::common::{be, device_io, gpu_of, Scratch};
 use super::quant::ActQuant;
 use super::weights::DeviceWeights;
 
@@ -73,12 +73,13 @@ struct State {
 impl State {
     fn load(
         kernel: &'static str,
+        gpu: &Arc<Gpu>,
         c: &LayerConfig,
         weights: &LayerWeights<'_>,
         per_channel: bool,
     ) -> Result<Self, KernelError> {
-        let w = DeviceWeights::load(kernel, c, weights)?;
-        let gpu = w.gpu.clone();
+        let gpu = gpu.clone();
+        let w = DeviceWeights::load(kernel, &gpu, c, weights)?;
         let lt = gpu.cublaslt().map_err(be(kernel))?;
         let scales: Vec<f32> = if per_channel && w.host_scales.len() == 1 {
             vec![w.host_scales[0]; c.n]
@@ -123,7 +124,7 @@ impl State {
         let q = self.q.get(&gpu, m * ldk).map_err(be(kernel))?.ptr();
         let a_s = self.a_scales.get(&gpu, m).map_err(be(kernel))?.ptr();
         let act = c.activation.expect("checked by can_implement");
-        let stream = out.stream;
+        let stream = gpu.raw_stream();
         let per_row = modes.1 == ScaleMode::OuterVec;
         // SAFETY: x holds m*k elements, q m*ldk bytes, a_s m floats, scalars one f32 each;
         // all on this GPU, ordered on the output's stream.
@@ -132,7 +133,7 @@ impl State {
                 GroupShape::PerToken => {
                     let ub = self.input_scale_ub.as_ref().map(|b| b.ptr());
                     self.quant
-                        .per_token(x.ptr, c.input_dtype, m, k, q, ldk, a_s, ub, stream)
+                        .per_token(x.ptr, c.input_dtype, m, k, q, ldk, a_s, ub)
                 }
                 _ => {
                     let amax = self.amax.get(&gpu, 1).map_err(be(kernel))?.ptr();
@@ -162,7 +163,6 @@ impl State {
                         amax,
                         rows,
                         one,
-                        stream,
                     )
                 }
             }
@@ -200,14 +200,17 @@ impl State {
 #[fp8_kernel(platform = Cuda, priority = 2, arch = sm89.., backend = cublaslt)]
 pub struct CublasLtFp8PerTensor {
     config: LayerConfig,
+    gpu: Arc<Gpu>,
     state: Option<State>,
 }
 
 impl CublasLtFp8PerTensor {
-    /// Builds the kernel for a layer (nothing touches the GPU until `process_weights`).
-    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+    /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
+    /// `process_weights`).
+    pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(CublasLtFp8PerTensor {
-            config: *config,
+            config: *ctx.config(),
+            gpu: gpu_of(Self::NAME, ctx)?,
             state: None,
         })
     }
@@ -234,13 +237,19 @@ impl Fp8Kernel for CublasLtFp8PerTensor {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        self.state = Some(State::load(self.name(), &self.config, weights, false)?);
+        self.state = Some(State::load(
+            Self::NAME,
+            &self.gpu,
+            &self.config,
+            weights,
+            false,
+        )?);
         Ok(())
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
-        let name = self.name();
+        let name = Self::NAME;
         let st = processed(&mut self.state, name)?;
         st.run(
             name,
@@ -250,10 +259,6 @@ impl Fp8Kernel for CublasLtFp8PerTensor {
             output,
         )
     }
-
-    fn name(&self) -> &'static str {
-        "CublasLtFp8PerTensor"
-    }
 }
 
 /// cuBLASLt FP8 GEMM with per-token (or per-tensor) activation scales and per-channel (or
@@ -261,14 +266,17 @@ impl Fp8Kernel for CublasLtFp8PerTensor {
 #[fp8_kernel(platform = Cuda, priority = 3, arch = sm90.., backend = cublaslt)]
 pub struct CublasLtFp8Rowwise {
     config: LayerConfig,
+    gpu: Arc<Gpu>,
     state: Option<State>,
 }
 
 impl CublasLtFp8Rowwise {
-    /// Builds the kernel for a layer (nothing touches the GPU until `process_weights`).
-    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+    /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
+    /// `process_weights`).
+    pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(CublasLtFp8Rowwise {
-            config: *config,
+            config: *ctx.config(),
+            gpu: gpu_of(Self::NAME, ctx)?,
             state: None,
         })
     }
@@ -303,13 +311,19 @@ impl Fp8Kernel for CublasLtFp8Rowwise {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        self.state = Some(State::load(self.name(), &self.config, weights, true)?);
+        self.state = Some(State::load(
+            Self::NAME,
+            &self.gpu,
+            &self.config,
+            weights,
+            true,
+        )?);
         Ok(())
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
-        let name = self.name();
+        let name = Self::NAME;
         let st = processed(&mut self.state, name)?;
         st.run(
             name,
@@ -318,9 +332,5 @@ impl Fp8Kernel for CublasLtFp8Rowwise {
             input,
             output,
         )
-    }
-
-    fn name(&self) -> &'static str {
-        "CublasLtFp8Rowwise"
     }
 }

@@ -12,19 +12,20 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
 use fp8_linear_core::{
-    fp8_kernel, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
+    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
+    Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{DeviceBuffer, Gpu, ModuleSpec};
 
-use super::common::{be, check_row_count, device_io, float_index, Scratch, FLOAT_NAMES};
+use super::common::{be, check_row_count, device_io, float_index, gpu_of, Scratch, FLOAT_NAMES};
 use super::portable::block_128_checks;
 use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
 use super::sources::COMMON;
 use super::tma::TensorMap;
 use super::weights::DeviceWeights;
 
-const NAME: &str = "HopperBlockFp8";
+const NAME: &str = HopperBlockFp8::NAME;
 /// The kernel body (device code of the module after the shared helpers).
 const BODY: &str = include_str!("cu/hopper_gemm.cu");
 
@@ -43,6 +44,9 @@ pub fn hopper_module() -> ModuleSpec {
 #[fp8_kernel(platform = Cuda, priority = 1, arch = sm90a, backend = hopper)]
 pub struct HopperBlockFp8 {
     config: LayerConfig,
+    gpu: Arc<Gpu>,
+    /// Upper bound on K splits (the build options' `max_splits`, default 16).
+    max_splits: usize,
     state: Option<State>,
 }
 
@@ -61,7 +65,6 @@ const VARIANTS: [(usize, u32, &str); 2] = [
 ];
 
 struct State {
-    gpu: Arc<Gpu>,
     w: DeviceWeights,
     /// Weight block scales `[ceil(n/128), ceil(k/128)]` row-major.
     bs: DeviceBuffer<f32>,
@@ -75,15 +78,20 @@ struct State {
     ws: Scratch<f32>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
-    /// Upper bound on K splits (`FP8_HOPPER_MAX_SPLITS`, default 16), read at load.
-    max_splits: usize,
 }
 
 impl HopperBlockFp8 {
-    /// Builds the kernel for a layer (nothing touches the GPU until `process_weights`).
-    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+    /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
+    /// `process_weights`).
+    pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(HopperBlockFp8 {
-            config: *config,
+            config: *ctx.config(),
+            gpu: gpu_of(NAME, ctx)?,
+            max_splits: ctx
+                .options()
+                .max_splits
+                .map_or(16, usize::from)
+                .clamp(1, 16),
             state: None,
         })
     }
@@ -196,22 +204,14 @@ impl Fp8Kernel for HopperBlockFp8 {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        let w = DeviceWeights::load(NAME, &self.config, weights)?;
-        let gpu = w.gpu.clone();
-        let cap = gpu.capability();
-        if (cap.major, cap.minor) != (9, 0) {
-            return Err(KernelError::backend(
-                NAME,
-                format!("needs an sm_90 GPU (wgmma, TMA); this one is {cap}"),
-            ));
-        }
+        let gpu = self.gpu.clone();
+        let w = DeviceWeights::load(NAME, &gpu, &self.config, weights)?;
         let bs = DeviceBuffer::from_host(&gpu, &w.host_scales).map_err(be(NAME))?;
         let quant = ActQuant::new(&gpu).map_err(be(NAME))?;
         let (module, variants, finalize) = load(&gpu)?;
         let tb = TensorMap::e4m3_2d(w.codes.ptr(), self.config.n, w.ldk, w.ldk, 128, 128)
             .map_err(|e| KernelError::backend(NAME, e))?;
         self.state = Some(State {
-            gpu,
             w,
             bs,
             tb,
@@ -222,27 +222,21 @@ impl Fp8Kernel for HopperBlockFp8 {
             act: GroupQuantBuffers::default(),
             ws: Scratch::default(),
             ta: None,
-            max_splits: std::env::var("FP8_HOPPER_MAX_SPLITS")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(16)
-                .clamp(1, 16),
         });
         Ok(())
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
+        let gpu = self.gpu.clone();
+        let max_splits = self.max_splits;
         let st = processed(&mut self.state, NAME)?;
-        let (m, x, out) = device_io(NAME, &c, &st.gpu, input, output)?;
+        let (m, x, out) = device_io(NAME, &c, &gpu, input, output)?;
         let (n, k) = (c.n, c.k);
         check_row_count(input, m, n)?;
         let kb = k.div_ceil(128);
         let ldk = st.w.ldk;
-        let stream = out.stream;
-        let gpu = st.gpu.clone();
-        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU, and
-        // the stream is the output's.
+        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU.
         let (q, a_s) = unsafe {
             st.act.quantize(
                 &st.quant,
@@ -251,7 +245,6 @@ impl Fp8Kernel for HopperBlockFp8 {
                 c.input_dtype,
                 (m, k, m, ldk),
                 ScaleOrder::ColMajor,
-                stream,
             )
         }
         .map_err(be(NAME))?;
@@ -273,7 +266,7 @@ impl Fp8Kernel for HopperBlockFp8 {
         };
         let tiles = m.div_ceil(v.bm) * n.div_ceil(128);
         let sms = gpu.device().sm_count.max(1) as usize;
-        let (splits, kbps) = plan_splits(tiles, kb, sms, m * n, st.max_splits);
+        let (splits, kbps) = plan_splits(tiles, kb, sms, m * n, max_splits);
         let units = tiles * splits;
         if units > i32::MAX as usize {
             // The kernel numbers its work units with 32-bit integers.
@@ -299,12 +292,12 @@ impl Fp8Kernel for HopperBlockFp8 {
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
         let (kbpsi, splitsi) = (kbps as i32, splits as i32);
         let tb = st.tb;
-        // SAFETY: the stream belongs to this GPU (checked ordinal); the tensor maps cover A
+        // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A
         // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds kb*m
         // floats, Bs ceil(n/128)*kb, out m*n elements, ws splits*m*n floats when split; the
         // kernel masks every store and TMA zero-fills out-of-bounds boxes.
         unsafe {
-            let s = gpu.borrow_stream(stream);
+            let s = gpu.stream();
             let mut b = s.launch_builder(&v.gemm[oi]);
             b.arg(&ta)
                 .arg(&tb)
@@ -348,10 +341,6 @@ impl Fp8Kernel for HopperBlockFp8 {
             }
         }
         Ok(())
-    }
-
-    fn name(&self) -> &'static str {
-        NAME
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Kernels are CUDA C compiled at run time by NVRTC for the device's exact arch and cached
 //! on disk (see `fp8_linear_cuda`). Kernel inputs and outputs are device tensors
-//! ([`Data::Device`](fp8_linear_core::Data::Device)); `process_weights` takes host weights
+//! ([`Storage::Device`](fp8_linear_core::Storage::Device)); `process_weights` takes host weights
 //! (uploaded to device 0, or `FP8_LINEAR_CUDA_DEVICE`) or device weights (used on their
 //! device).
 
@@ -28,3 +28,12 @@ pub use quant::{ActQuant, ScaleOrder};
 
 /// The CUDA runtime layer (devices, buffers, modules, timing), re-exported.
 pub use fp8_linear_cuda as runtime;
+
+/// The one place cudarc is reached from this crate's API: the handles an engine that
+/// already owns a CUDA context passes in ([`Target::from_cudarc`](crate::Target::from_cudarc)),
+/// and the [`Gpu`](interop::Gpu) handle layers are built on.
+pub mod interop {
+    pub use fp8_linear_cuda::cudarc;
+    pub use fp8_linear_cuda::cudarc::driver::{CudaContext, CudaStream};
+    pub use fp8_linear_cuda::Gpu;
+}

@@ -11,24 +11,25 @@ use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
 use fp8_linear_core::quant::{GroupShape, ScaleDtype};
 use fp8_linear_core::validate::check_config_basics;
 use fp8_linear_core::{
-    fp8_kernel, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
-    Unsupported,
+    fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
+    TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
-use super::common::{be, check_row_count, device_io, float_index, Scratch, FLOAT_NAMES};
+use super::common::{be, check_row_count, device_io, float_index, gpu_of, Scratch, FLOAT_NAMES};
 use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
 use super::sources;
 use super::weights::DeviceWeights;
 
-const NAME: &str = "PortableBlockFp8";
+const NAME: &str = PortableBlockFp8::NAME;
 
 /// Portable block-scaled FP8 GEMM (FP8 `mma.sync`, sm_89+), 128x128 weight blocks and
 /// dynamic 1x128 activation groups, any M, N, K, bf16/f16/f32 in and out, optional bias.
 #[fp8_kernel(platform = Cuda, priority = 5, arch = sm89.., backend = portable)]
 pub struct PortableBlockFp8 {
     config: LayerConfig,
+    gpu: Arc<Gpu>,
     state: Option<State>,
     forced: (Option<u32>, Option<usize>),
 }
@@ -43,7 +44,6 @@ struct Variant {
 }
 
 struct State {
-    gpu: Arc<Gpu>,
     w: DeviceWeights,
     /// Weight block scales `[ceil(n/128), ceil(k/128)]` row-major.
     bs: DeviceBuffer<f32>,
@@ -55,10 +55,12 @@ struct State {
 }
 
 impl PortableBlockFp8 {
-    /// Builds the kernel for a layer (nothing touches the GPU until `process_weights`).
-    pub fn new(config: &LayerConfig) -> Result<Self, KernelError> {
+    /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
+    /// `process_weights`).
+    pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(PortableBlockFp8 {
-            config: *config,
+            config: *ctx.config(),
+            gpu: gpu_of(NAME, ctx)?,
             state: None,
             forced: (None, None),
         })
@@ -167,8 +169,8 @@ impl Fp8Kernel for PortableBlockFp8 {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        let w = DeviceWeights::load(NAME, &self.config, weights)?;
-        let gpu = w.gpu.clone();
+        let gpu = self.gpu.clone();
+        let w = DeviceWeights::load(NAME, &gpu, &self.config, weights)?;
         let bs = DeviceBuffer::from_host(&gpu, &w.host_scales).map_err(be(NAME))?;
         let quant = ActQuant::new(&gpu).map_err(be(NAME))?;
         let optin = gpu
@@ -189,7 +191,6 @@ impl Fp8Kernel for PortableBlockFp8 {
         };
         let finalize = [fin("f32")?, fin("f16")?, fin("bf16")?];
         self.state = Some(State {
-            gpu,
             w,
             bs,
             quant,
@@ -203,16 +204,15 @@ impl Fp8Kernel for PortableBlockFp8 {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
+        let gpu = self.gpu.clone();
         let st = processed(&mut self.state, NAME)?;
-        let (m, x, out) = device_io(NAME, &c, &st.gpu, input, output)?;
+        let (m, x, out) = device_io(NAME, &c, &gpu, input, output)?;
         let (n, k) = (c.n, c.k);
         check_row_count(input, m, n)?;
         let kb = k.div_ceil(128);
         let ldk = st.w.ldk;
-        let stream = out.stream;
-        let gpu = st.gpu.clone();
-        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU, and
-        // the stream is the output's.
+        let stream = gpu.raw_stream();
+        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU.
         let (q, a_s) = unsafe {
             st.act.quantize(
                 &st.quant,
@@ -221,7 +221,6 @@ impl Fp8Kernel for PortableBlockFp8 {
                 c.input_dtype,
                 (m, k, m, ldk),
                 ScaleOrder::RowMajor,
-                stream,
             )
         }
         .map_err(be(NAME))?;
@@ -278,7 +277,7 @@ impl Fp8Kernel for PortableBlockFp8 {
         // memory of the sizes the kernel reads/writes (A m*ldk, As m*kb, B n*ldk, Bs
         // ceil(n/128)*kb, out m*n, ws m*n when split); masking keeps accesses in bounds.
         unsafe {
-            let s = gpu.borrow_stream(stream);
+            let s = gpu.stream();
             let mut b = s.launch_builder(&v.gemm[oi]);
             b.arg(&q)
                 .arg(&ld)
@@ -316,9 +315,5 @@ impl Fp8Kernel for PortableBlockFp8 {
             }
         }
         Ok(())
-    }
-
-    fn name(&self) -> &'static str {
-        NAME
     }
 }

@@ -93,8 +93,8 @@ impl ActQuant {
     /// (`m * ceil(k/128)`, in `order`).
     ///
     /// # Safety
-    /// The pointers must address live device memory of this GPU of the sizes above, and
-    /// `stream` (raw `CUstream`, 0 = default) must be a live stream of this GPU.
+    /// The pointers must address live device memory of this GPU of the sizes above, ready on
+    /// the GPU handle's stream (every launch is enqueued there).
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn group128(
         &self,
@@ -106,7 +106,6 @@ impl ActQuant {
         ldq: usize,
         s: u64,
         order: ScaleOrder,
-        stream: u64,
     ) -> Result<(), CudaError> {
         let t = idx(dtype)?;
         if ldq < k || m == 0 || k == 0 {
@@ -132,7 +131,7 @@ impl ActQuant {
         let blocks = u32::try_from(threads.div_ceil(256))
             .map_err(|_| CudaError::InvalidArgument("too many groups".into()))?;
         let (mi, ki, ldqi) = (i32_of("M", m)?, i32_of("K", k)?, i32_of("ldq", ldq)?);
-        let st = self.gpu.borrow_stream(stream);
+        let st = self.gpu.stream();
         let mut b = st.launch_builder(&self.group128[t]);
         b.arg(&x)
             .arg(&q)
@@ -168,7 +167,6 @@ impl ActQuant {
         ldq: usize,
         s: u64,
         ub: Option<u64>,
-        stream: u64,
     ) -> Result<(), CudaError> {
         let t = idx(dtype)?;
         if ldq < k || m == 0 || k == 0 {
@@ -178,7 +176,7 @@ impl ActQuant {
         }
         let (mi, ki, ldqi) = (i32_of("M", m)?, i32_of("K", k)?, i32_of("ldq", ldq)?);
         let ub = ub.unwrap_or(0);
-        let st = self.gpu.borrow_stream(stream);
+        let st = self.gpu.stream();
         let mut b = st.launch_builder(&self.rows[t]);
         b.arg(&x)
             .arg(&q)
@@ -216,7 +214,6 @@ impl ActQuant {
         amax_scratch: u64,
         s_rows: Option<u64>,
         s_one: Option<u64>,
-        stream: u64,
     ) -> Result<(), CudaError> {
         let t = idx(dtype)?;
         if ldq < k || m == 0 || k == 0 {
@@ -225,7 +222,7 @@ impl ActQuant {
             )));
         }
         let (mi, ki, ldqi) = (i32_of("M", m)?, i32_of("K", k)?, i32_of("ldq", ldq)?);
-        let st = self.gpu.borrow_stream(stream);
+        let st = self.gpu.stream();
         let amax = match static_scale {
             Some(_) => 0u64,
             None => {
@@ -280,7 +277,6 @@ impl ActQuant {
         rows: usize,
         cols: usize,
         ld: usize,
-        stream: u64,
     ) -> Result<(), CudaError> {
         if ld < cols {
             return Err(CudaError::InvalidArgument(format!(
@@ -292,7 +288,7 @@ impl ActQuant {
             i32_of("cols", cols)?,
             i32_of("ld", ld)?,
         );
-        let st = self.gpu.borrow_stream(stream);
+        let st = self.gpu.stream();
         let mut b = st.launch_builder(&self.pad_rows);
         b.arg(&src).arg(&dst).arg(&r).arg(&c).arg(&l);
         b.launch(LaunchConfig {
@@ -323,8 +319,8 @@ impl GroupQuantBuffers {
     /// stride `ldk >= k`, scales in `order`. Returns the codes' and the scales' addresses.
     ///
     /// # Safety
-    /// `x` must hold `m * k` elements of `dtype` on `gpu`, and `stream` must be a stream of
-    /// that GPU's context.
+    /// `x` must hold `m * k` elements of `dtype` on `gpu`, ready on the stream of `quant`'s
+    /// GPU handle.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn quantize(
         &mut self,
@@ -334,7 +330,6 @@ impl GroupQuantBuffers {
         dtype: DType,
         (m, k, rows, ldk): (usize, usize, usize, usize),
         order: ScaleOrder,
-        stream: u64,
     ) -> Result<(u64, u64), CudaError> {
         if rows < m {
             return Err(CudaError::InvalidArgument(format!(
@@ -345,7 +340,7 @@ impl GroupQuantBuffers {
         let s = self.scales.get(gpu, rows * k.div_ceil(128))?.ptr();
         // SAFETY: the caller vouches for x and the stream; q holds rows * ldk >= m * ldk
         // bytes and s rows * ceil(k / 128) floats on the same GPU (group128 checks ldk >= k).
-        unsafe { quant.group128(x, dtype, m, k, q, ldk, s, order, stream)? };
+        unsafe { quant.group128(x, dtype, m, k, q, ldk, s, order)? };
         Ok((q, s))
     }
 }

@@ -4,18 +4,16 @@
 
 use std::sync::Arc;
 
-use fp8_linear_core::tensor::Data;
+use fp8_linear_core::tensor::Storage;
 use fp8_linear_core::validate::check_layer_weights;
 use fp8_linear_core::{DType, KernelError, LayerConfig, LayerWeights, Tensor};
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
-use super::common::{be, default_ordinal, gpu, padded_k};
+use super::common::{be, padded_k, same_device};
 use super::quant::ActQuant;
 
 /// Weights as the CUDA kernels use them.
 pub struct DeviceWeights {
-    /// The GPU they live on.
-    pub gpu: Arc<Gpu>,
     /// Codes `[n, ldk]`, columns `k..ldk` zero.
     pub codes: DeviceBuffer<u8>,
     /// Row stride of `codes` in bytes (`k` rounded up to 16).
@@ -39,11 +37,11 @@ pub fn small_to_host(
 ) -> Result<Vec<f32>, KernelError> {
     let n = t.shape[0] * t.shape[1];
     Ok(match t.data {
-        Data::F32(s) => s[..n].to_vec(),
-        Data::F16(s) => s[..n].iter().map(|v| v.to_f32()).collect(),
-        Data::Bf16(s) => s[..n].iter().map(|v| v.to_f32()).collect(),
-        Data::Device(mem, DType::F32) => {
-            super::common::same_device(what, &mem, gpu)?;
+        Storage::F32(s) => s[..n].to_vec(),
+        Storage::F16(s) => s[..n].iter().map(|v| v.to_f32()).collect(),
+        Storage::Bf16(s) => s[..n].iter().map(|v| v.to_f32()).collect(),
+        Storage::Device(mem, DType::F32) => {
+            same_device(what, &mem, gpu)?;
             let mut out = vec![0f32; n];
             gpu.context()
                 .bind_to_thread()
@@ -68,16 +66,19 @@ impl DeviceWeights {
     /// to a multiple of 16 bytes.
     pub fn load(
         kernel: &'static str,
+        gpu: &Arc<Gpu>,
         config: &LayerConfig,
         w: &LayerWeights<'_>,
     ) -> Result<Self, KernelError> {
-        Self::load_padded(kernel, config, w, 16)
+        Self::load_padded(kernel, gpu, config, w, 16)
     }
 
     /// Like [`DeviceWeights::load`], with rows padded to a multiple of `pad` bytes (a
     /// multiple of 16).
+    /// Device weights must be on `gpu` and ready on its stream.
     pub fn load_padded(
         kernel: &'static str,
+        gpu: &Arc<Gpu>,
         config: &LayerConfig,
         w: &LayerWeights<'_>,
         pad: usize,
@@ -85,25 +86,22 @@ impl DeviceWeights {
         check_layer_weights(config, w)?;
         let (n, k) = (config.n, config.k);
         let ldk = padded_k(k).div_ceil(pad) * pad;
-        let ordinal = match w.weight.data {
-            Data::Device(m, _) => m.ordinal,
-            _ => default_ordinal(),
-        };
-        let gpu = gpu(kernel, ordinal)?;
+        let gpu = gpu.clone();
         let codes = match w.weight.data {
-            Data::F8E4m3(host) => {
+            Storage::F8E4m3(host) => {
                 let mut padded = vec![0u8; n * ldk];
                 for (dst, src) in padded.chunks_mut(ldk).zip(host.chunks(k)) {
                     dst[..k].copy_from_slice(src);
                 }
                 DeviceBuffer::from_host(&gpu, &padded).map_err(be(kernel))?
             }
-            Data::Device(mem, DType::F8E4m3) => {
+            Storage::Device(mem, DType::F8E4m3) => {
+                same_device("weight", &mem, &gpu)?;
                 let buf = DeviceBuffer::<u8>::zeros(&gpu, n * ldk).map_err(be(kernel))?;
                 let q = ActQuant::new(&gpu).map_err(be(kernel))?;
                 // SAFETY: the source holds n*k bytes (checked by check_layer_weights), the
-                // destination n*ldk; both on this GPU; default stream.
-                unsafe { q.pad_rows(mem.ptr, buf.ptr(), n, k, ldk, 0) }.map_err(be(kernel))?;
+                // destination n*ldk; both on this GPU; the layer's stream.
+                unsafe { q.pad_rows(mem.ptr, buf.ptr(), n, k, ldk) }.map_err(be(kernel))?;
                 gpu.synchronize().map_err(be(kernel))?;
                 buf
             }
@@ -157,7 +155,6 @@ impl DeviceWeights {
             _ => None,
         };
         Ok(DeviceWeights {
-            gpu,
             codes,
             ldk,
             host_scales,

@@ -48,26 +48,36 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
 
     // The typed constructor call, spanned at the user's `params = [...]` (or at the type's
     // name when no params are declared) so a wrong arity is reported there.
+    let numerics = match &spec.numerics {
+        Some(id) => quote_spanned!(id.span()=> #p::Numerics::#id),
+        None => quote!(#p::Numerics::Layer),
+    };
     let (params_const, param_names, call) = match &spec.params {
         Some((span, names)) => {
             let n = names.len();
+            // Each name becomes a path into core's closed set of parameter names, spanned at
+            // the user's token: a misspelled name fails to resolve right there.
+            let paths: Vec<TokenStream> = names
+                .iter()
+                .map(|id| quote_spanned!(id.span()=> #p::layer_param::#id))
+                .collect();
             let call = quote_spanned! {*span=>
                 let params: #p::LayerParams<#n> = #name::LAYER_PARAMS;
-                let kernel: ::core::result::Result<#name, #p::KernelError> = #name::new(config, params);
+                let kernel: ::core::result::Result<#name, #p::KernelError> = #name::new(ctx, params);
             };
             let konst = quote! {
                 #[automatically_derived]
                 impl #name {
-                    /// The layer parameter names declared in `#[fp8_kernel(params = [...])]`,
-                    /// in order: what the typed constructor `new` receives.
-                    pub const LAYER_PARAMS: #p::LayerParams<#n> = #p::LayerParams::new([#(#names),*]);
+                    /// The layer parameters declared in `#[fp8_kernel(params = [...])]`, in
+                    /// order: what the typed constructor `new` receives.
+                    pub const LAYER_PARAMS: #p::LayerParams<#n> = #p::LayerParams::new([#(#paths),*]);
                 }
             };
-            (konst, quote!(&[#(#names),*]), call)
+            (konst, quote!(&[#(#paths),*]), call)
         }
         None => {
             let call = quote_spanned! {name.span()=>
-                let kernel: ::core::result::Result<#name, #p::KernelError> = #name::new(config);
+                let kernel: ::core::result::Result<#name, #p::KernelError> = #name::new(ctx);
             };
             (quote!(), quote!(&[]), call)
         }
@@ -75,6 +85,19 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
 
     quote! {
         #params_const
+
+        #[automatically_derived]
+        impl #name {
+            /// The kernel's registered name (its type name), as in its entry.
+            pub const NAME: &'static str = #name_str;
+        }
+
+        #[automatically_derived]
+        impl #p::KernelName for #name {
+            fn name(&self) -> &'static str {
+                #name_str
+            }
+        }
 
         #[automatically_derived]
         impl #p::Registered for #name {
@@ -86,11 +109,12 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
                 force_arch: #force_arch,
                 backend: #backend,
                 params: #param_names,
+                numerics: #numerics,
                 can_implement: <#name as #p::Fp8Kernel>::can_implement,
                 construct: {
                     #[doc(hidden)]
                     fn __fp8_construct(
-                        config: &#p::LayerConfig,
+                        ctx: &#p::BuildCtx<'_>,
                     ) -> ::core::result::Result<#p::Box<dyn #p::Fp8Kernel>, #p::KernelError> {
                         #call
                         ::core::result::Result::Ok(#p::Box::new(kernel?))

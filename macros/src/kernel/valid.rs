@@ -38,8 +38,11 @@ pub struct KernelSpec {
     pub arch: Arch,
     /// Arch allowed when forced.
     pub force_arch: Option<Arch>,
-    /// Declared params, with the span of the `params` value.
-    pub params: Option<(Span, Vec<String>)>,
+    /// Declared params (as written, spanned at the user's names), with the span of the
+    /// `params` value.
+    pub params: Option<(Span, Vec<Ident>)>,
+    /// Declared numerics variant (`Layer` or `W8A16`), spanned at the user's token.
+    pub numerics: Option<Ident>,
     /// Backend family name.
     pub backend: String,
     /// Path of the crate that re-exports `__private` (default `::fp8_linear`).
@@ -74,6 +77,7 @@ pub fn validate(raw: RawArgs, item: &syn::Item) -> syn::Result<KernelSpec> {
     let mut force_arch = None;
     let mut params = None;
     let mut backend = None;
+    let mut numerics = None;
     let mut krate = None;
     for arg in &raw.args {
         let key = arg.key.to_string();
@@ -91,6 +95,7 @@ pub fn validate(raw: RawArgs, item: &syn::Item) -> syn::Result<KernelSpec> {
             "params" => params = params_value(v, &mut errs),
             "backend" => backend = backend_value(v, &mut errs),
             "crate" => krate = crate_value(v, &mut errs),
+            "numerics" => numerics = numerics_value(v, &mut errs),
             _ => errs.spanned(
                 &arg.key,
                 format!("unsupported fp8_kernel argument `{key}`; expected one of: {KERNEL_KEYS}"),
@@ -140,6 +145,7 @@ pub fn validate(raw: RawArgs, item: &syn::Item) -> syn::Result<KernelSpec> {
         arch: arch.unwrap_or(Arch::Any),
         force_arch,
         params,
+        numerics,
         backend,
         krate: krate.unwrap_or_else(|| syn::parse_quote!(::fp8_linear)),
     })
@@ -265,7 +271,13 @@ fn arch_value(v: &Expr, errs: &mut Errors) -> Option<Arch> {
         "`any`, `sm90a` (exactly), `sm89..` (or newer) or `sm75..sm89` (up to before)";
     match v {
         Expr::Path(_) => {
-            let id = path_ident(v)?;
+            let Some(id) = path_ident(v) else {
+                errs.spanned(
+                    v,
+                    format!("`arch` expects {SHAPES}, found a path; write the capability alone"),
+                );
+                return None;
+            };
             if id == "any" {
                 return Some(Arch::Any);
             }
@@ -326,7 +338,21 @@ fn arch_value(v: &Expr, errs: &mut Errors) -> Option<Arch> {
     }
 }
 
-fn params_value(v: &Expr, errs: &mut Errors) -> Option<(Span, Vec<String>)> {
+fn numerics_value(v: &Expr, errs: &mut Errors) -> Option<Ident> {
+    match path_ident(v) {
+        Some(id) if id == "Layer" || id == "W8A16" => Some(id.clone()),
+        _ => {
+            errs.spanned(
+                v,
+                "`numerics` expects `Layer` (what the layer's quant keys say, the default) or \
+                 `W8A16` (weight-only: activations stay 16-bit)",
+            );
+            None
+        }
+    }
+}
+
+fn params_value(v: &Expr, errs: &mut Errors) -> Option<(Span, Vec<Ident>)> {
     let Expr::Array(arr) = v else {
         errs.spanned(
             v,
@@ -337,17 +363,16 @@ fn params_value(v: &Expr, errs: &mut Errors) -> Option<(Span, Vec<String>)> {
         );
         return None;
     };
-    let mut names: Vec<String> = Vec::new();
+    let mut names: Vec<Ident> = Vec::new();
     let mut ok = true;
     for el in &arr.elems {
         match path_ident(el) {
             Some(id) => {
-                let n = id.to_string();
-                if names.contains(&n) {
-                    errs.spanned(id, format!("layer parameter `{n}` listed twice"));
+                if names.contains(id) {
+                    errs.spanned(id, format!("layer parameter `{id}` listed twice"));
                     ok = false;
                 }
-                names.push(n);
+                names.push(id.clone());
             }
             None => {
                 errs.spanned(

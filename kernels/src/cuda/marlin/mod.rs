@@ -23,21 +23,21 @@ use fp8_linear_core::kernel::processed;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKernelArg};
-use fp8_linear_core::tensor::Data;
+use fp8_linear_core::tensor::Storage;
 use fp8_linear_core::validate::{check_config_basics, check_layer_weights};
 use fp8_linear_core::{
-    fp8_kernel, Capability, DType, Fp8Kernel, KernelError, LayerConfig, LayerParams, LayerWeights,
-    Tensor, TensorMut, Unsupported,
+    fp8_kernel, BuildCtx, Capability, DType, Fp8Kernel, KernelError, LayerConfig, LayerParam,
+    LayerParams, LayerWeights, Tensor, TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{DeviceBuffer, Gpu, ModuleSpec};
 
-use super::common::{be, default_ordinal, device_io, gpu, same_device, Scratch};
+use super::common::{be, device_io, gpu_of, same_device, Scratch};
 use super::weights::small_to_host;
-use plan::{LaunchPlan, Tuning};
+use plan::{LaunchPlan, MarlinPipeline};
 use repack::{k_group, MarlinWeights, STRIPE};
 
-const NAME: &str = "MarlinFp8";
+const NAME: &str = MarlinFp8::NAME;
 
 /// The kernel's CUDA C source (header-free; NVRTC, sm_80 and newer).
 pub const SOURCE: &str = include_str!("marlin.cu");
@@ -51,17 +51,18 @@ pub const MAX_N: usize = 65535 * STRIPE;
 /// and never quantized (a block layer's dynamic 1 x 128 activation key is ignored: the
 /// kernel multiplies the 16-bit activations directly); any M, N, K.
 #[fp8_kernel(platform = Cuda, priority = 4, arch = sm80..sm89, force_arch = sm80..,
-             params = [weight, weight_scale, input_scale, input_scale_ub], backend = marlin)]
+             params = [weight, weight_scale, input_scale, input_scale_ub], backend = marlin,
+             numerics = W8A16)]
 pub struct MarlinFp8 {
     config: LayerConfig,
+    gpu: Arc<Gpu>,
     params: LayerParams<4>,
     target: Option<Capability>,
-    tuning: Tuning,
+    tuning: MarlinPipeline,
     state: Option<State>,
 }
 
 struct State {
-    gpu: Arc<Gpu>,
     weight: DeviceBuffer<u8>,
     scales: DeviceBuffer<u8>,
     channel: DeviceBuffer<f32>,
@@ -73,7 +74,7 @@ struct State {
     k_pad: usize,
     groups: usize,
     steps_per_group: usize,
-    tuning: Tuning,
+    tuning: MarlinPipeline,
     work: Scratch<f32>,
     counters: Scratch<u8>,
 }
@@ -109,21 +110,28 @@ struct Args {
 unsafe impl DeviceRepr for Args {}
 
 impl MarlinFp8 {
-    /// Builds the kernel for a layer with its parameter names (`weight`, `weight_scale`,
-    /// `input_scale`, `input_scale_ub`): the typed constructor the attribute checks.
-    /// Nothing touches the GPU until `process_weights`.
-    pub fn new(config: &LayerConfig, params: LayerParams<4>) -> Result<Self, KernelError> {
+    /// Builds the kernel for a layer on the context's GPU with its parameters (`weight`,
+    /// `weight_scale`, `input_scale`, `input_scale_ub`): the typed constructor the attribute
+    /// checks. The options' `compile_for` picks an older target (see
+    /// [`MarlinFp8::compile_for`]). Nothing touches the GPU until `process_weights`.
+    pub fn new(ctx: &BuildCtx<'_>, params: LayerParams<4>) -> Result<Self, KernelError> {
+        let config = ctx.config();
         Self::can_implement(config).map_err(|reason| KernelError::Unsupported {
             kernel: NAME,
             reason,
         })?;
-        Ok(MarlinFp8 {
+        let mut k = MarlinFp8 {
             config: *config,
+            gpu: gpu_of(NAME, ctx)?,
             params,
             target: None,
-            tuning: Tuning::default(),
+            tuning: MarlinPipeline::default(),
             state: None,
-        })
+        };
+        if let Some(cap) = ctx.options().compile_for {
+            k.compile_for(cap)?;
+        }
+        Ok(k)
     }
 
     /// Compiles the kernel for an older compute capability than the device's (say 8.0 on an
@@ -144,7 +152,7 @@ impl MarlinFp8 {
 
     /// Sets the pipeline depth and occupancy of the kernel variants (for benchmarks and
     /// tuning; the default suits H100/H200-class GPUs). Call before `process_weights`.
-    pub fn set_tuning(&mut self, tuning: Tuning) -> Result<(), KernelError> {
+    pub fn set_tuning(&mut self, tuning: MarlinPipeline) -> Result<(), KernelError> {
         if !tuning.is_valid() {
             return Err(KernelError::backend(
                 NAME,
@@ -164,7 +172,7 @@ impl MarlinFp8 {
 fn load_module(
     gpu: &Arc<Gpu>,
     target: Option<Capability>,
-    tuning: &Tuning,
+    tuning: &MarlinPipeline,
 ) -> Result<Arc<CudaModule>, KernelError> {
     match target {
         Some(cap) if cap != gpu.capability() => {
@@ -204,14 +212,12 @@ fn load_module(
 /// The FP8 codes of the weight on the host (copied back from the device if need be).
 fn host_codes(w: &Tensor<'_>, n: usize, k: usize, gpu: &Arc<Gpu>) -> Result<Vec<u8>, KernelError> {
     match w.data {
-        Data::F8E4m3(s) => Ok(s[..n * k].to_vec()),
-        Data::Device(mem, DType::F8E4m3) => {
+        Storage::F8E4m3(s) => Ok(s[..n * k].to_vec()),
+        Storage::Device(mem, DType::F8E4m3) => {
             same_device("weight", &mem, gpu)?;
             let mut out = vec![0u8; n * k];
-            // The producer may still be writing on the tensor's stream.
-            // SAFETY: the stream handle comes from a live tensor of this device.
-            let stream = unsafe { gpu.borrow_stream(mem.stream) };
-            stream
+            // The producer may still be writing on the layer's stream.
+            gpu.stream()
                 .synchronize()
                 .map_err(|e| KernelError::backend(NAME, format!("stream synchronize: {e:?}")))?;
             gpu.context()
@@ -278,14 +284,12 @@ impl Fp8Kernel for MarlinFp8 {
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
         let c = self.config;
         check_layer_weights(&c, weights)?;
-        let w = self.params.tensor(NAME, weights, 0)?;
-        let ws = self.params.tensor(NAME, weights, 1)?;
-        let ordinal = match w.data {
-            Data::Device(m, _) => m.ordinal,
-            _ => default_ordinal(),
-        };
+        let w = self.params.require(NAME, weights, LayerParam::Weight)?;
+        let ws = self
+            .params
+            .require(NAME, weights, LayerParam::WeightScale)?;
         self.state = None;
-        let gpu = gpu(NAME, ordinal)?;
+        let gpu = self.gpu.clone();
         let codes = host_codes(&w, c.n, c.k, &gpu)?;
         let scales = small_to_host(NAME, "weight_scale", &ws, &gpu)?;
         let mw: MarlinWeights = repack::prepare(&c, &codes, &scales)?;
@@ -318,15 +322,15 @@ impl Fp8Kernel for MarlinFp8 {
             tuning: self.tuning,
             work: Scratch::default(),
             counters: Scratch::default(),
-            gpu,
         });
         Ok(())
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let c = self.config;
+        let gpu = self.gpu.clone();
         let st = processed(&mut self.state, NAME)?;
-        let (m, xin, xout) = device_io(NAME, &c, &st.gpu, input, output)?;
+        let (m, xin, xout) = device_io(NAME, &c, &gpu, input, output)?;
         if m > i32::MAX as usize {
             return Err(KernelError::shape(
                 "input",
@@ -338,18 +342,18 @@ impl Fp8Kernel for MarlinFp8 {
             m,
             st.n_pad / STRIPE,
             st.k_pad / repack::STEP,
-            st.gpu.device().sm_count as usize,
+            gpu.device().sm_count as usize,
             &st.tuning,
         );
         let (work, counters) = if p.splits > 1 {
             let w = st
                 .work
-                .get(&st.gpu, p.workspace_floats())
+                .get(&gpu, p.workspace_floats())
                 .map_err(be(NAME))?
                 .ptr();
             let ctr = st
                 .counters
-                .get(&st.gpu, p.tiles() * 4)
+                .get(&gpu, p.tiles() * 4)
                 .map_err(be(NAME))?
                 .ptr();
             (w, ctr)
@@ -384,9 +388,7 @@ impl Fp8Kernel for MarlinFp8 {
             },
         };
         let f = &st.funcs[p.variant()];
-        // SAFETY: the stream handle comes from a live tensor of this device.
-        let stream = unsafe { st.gpu.borrow_stream(xin.stream) };
-        let mut b = stream.launch_builder(f);
+        let mut b = gpu.stream().launch_builder(f);
         b.arg(&args);
         let cfg = LaunchConfig {
             grid_dim: (p.chunks as u32, p.stripes as u32, p.splits as u32),
@@ -401,9 +403,5 @@ impl Fp8Kernel for MarlinFp8 {
         unsafe { b.launch(cfg) }
             .map_err(|e| KernelError::backend(NAME, format!("launch: {e:?}")))?;
         Ok(())
-    }
-
-    fn name(&self) -> &'static str {
-        NAME
     }
 }

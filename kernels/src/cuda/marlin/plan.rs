@@ -6,26 +6,26 @@
 /// compiler must fit, which caps registers) of the three kernel variants, for 1, 2 and 4
 /// 8-row M tiles per warp.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Tuning {
+pub struct MarlinPipeline {
     /// K steps in flight per warp, per variant (1..=4).
     pub depth: [u32; 3],
     /// Blocks per SM, per variant (1..=8); also the grid the plan aims for.
     pub min_blocks: [u32; 3],
 }
 
-impl Default for Tuning {
+impl Default for MarlinPipeline {
     fn default() -> Self {
         // From a sweep on an H200 (BENCHMARKS.md): decode (1 M tile) wants more resident
         // warps over deeper per-warp pipelines; 4 M tiles want 3 blocks per SM, which
         // leaves registers for one step in flight only.
-        Tuning {
+        MarlinPipeline {
             depth: [2, 3, 1],
             min_blocks: [6, 3, 3],
         }
     }
 }
 
-impl Tuning {
+impl MarlinPipeline {
     /// Whether every value is in range.
     pub fn is_valid(&self) -> bool {
         self.depth.iter().all(|d| (1..=4).contains(d))
@@ -65,7 +65,13 @@ impl LaunchPlan {
     /// Plans a launch for `m` rows, `stripes` N stripes and `ksteps` K steps on a GPU with
     /// `sm_count` SMs: the M tile grows with M; K is split when the (chunk, stripe) tiles
     /// alone would not fill the GPU's resident blocks (`tuning.min_blocks` per SM).
-    pub fn new(m: usize, stripes: usize, ksteps: usize, sm_count: usize, tuning: &Tuning) -> Self {
+    pub fn new(
+        m: usize,
+        stripes: usize,
+        ksteps: usize,
+        sm_count: usize,
+        tuning: &MarlinPipeline,
+    ) -> Self {
         let mt = if m <= 8 {
             1
         } else if m <= 16 {
@@ -133,7 +139,7 @@ mod tests {
             (1, 1, 1),
             (7, 2, 9),
         ] {
-            let p = LaunchPlan::new(m, stripes, ksteps, 132, &Tuning::default());
+            let p = LaunchPlan::new(m, stripes, ksteps, 132, &MarlinPipeline::default());
             assert!(p.splits * p.steps_per_split >= ksteps);
             assert!((p.splits - 1) * p.steps_per_split < ksteps, "{p:?}");
             assert!(p.chunks * 8 * p.mt >= m);
@@ -141,19 +147,25 @@ mod tests {
                 assert!(p.steps_per_split >= MIN_STEPS_PER_SPLIT.min(ksteps));
             }
         }
-        assert_eq!(LaunchPlan::new(1, 64, 128, 132, &Tuning::default()).mt, 1);
-        assert_eq!(LaunchPlan::new(16, 64, 128, 132, &Tuning::default()).mt, 2);
         assert_eq!(
-            LaunchPlan::new(1024, 64, 128, 132, &Tuning::default()).splits,
+            LaunchPlan::new(1, 64, 128, 132, &MarlinPipeline::default()).mt,
             1
         );
-        assert!(LaunchPlan::new(1, 64, 128, 132, &Tuning::default()).splits > 1);
-        assert!(Tuning::default().is_valid());
-        assert!(!Tuning {
+        assert_eq!(
+            LaunchPlan::new(16, 64, 128, 132, &MarlinPipeline::default()).mt,
+            2
+        );
+        assert_eq!(
+            LaunchPlan::new(1024, 64, 128, 132, &MarlinPipeline::default()).splits,
+            1
+        );
+        assert!(LaunchPlan::new(1, 64, 128, 132, &MarlinPipeline::default()).splits > 1);
+        assert!(MarlinPipeline::default().is_valid());
+        assert!(!MarlinPipeline {
             depth: [0, 3, 2],
-            ..Tuning::default()
+            ..MarlinPipeline::default()
         }
         .is_valid());
-        assert_eq!(Tuning::default().defines().len(), 6);
+        assert_eq!(MarlinPipeline::default().defines().len(), 6);
     }
 }

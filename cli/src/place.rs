@@ -1,0 +1,192 @@
+//! Where `run`, `bench` and `autotune` build and run layers: a [`Target`] (GPU 0 when this
+//! machine has a usable one, the GPU named with `--gpu N`, else the host CPU), the executor
+//! that moves data to it, and the kernel choice for a layer there, with a plain account of
+//! a forced kernel that could not run.
+
+use clap::Args;
+use fp8_linear::{
+    Device, KernelEntry, LayerConfig, Overrides, Platform, Registry, Target, TuningFile, Verdict,
+};
+
+use crate::run_layer::{Executor, HostExecutor};
+
+/// Device selection of the commands that run layers.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TargetArgs {
+    /// Run on CUDA GPU N (an error when it cannot be opened). Default: GPU 0 when this
+    /// machine has a usable GPU, else the host CPU.
+    #[arg(long, value_name = "N", conflicts_with = "cpu")]
+    pub gpu: Option<u32>,
+    /// Run on the host CPU even when a GPU is usable.
+    #[arg(long)]
+    pub cpu: bool,
+}
+
+/// The target layers are built for, and why it is the CPU when it is.
+pub struct Place {
+    /// The target.
+    pub target: Target,
+    /// Why the CPU is used (`--cpu`, or why no GPU could be used); None on a GPU.
+    pub cpu_reason: Option<String>,
+}
+
+/// Why this process cannot use GPU 0.
+pub fn no_gpu_reason() -> String {
+    #[cfg(feature = "cuda")]
+    {
+        if let Err(e) = Target::cuda(0) {
+            return e.to_string();
+        }
+        if let Err(e) = fp8_linear::cuda::runtime::probe::nvrtc() {
+            return e.to_string();
+        }
+        "GPU 0 opened, but is not usable".to_string()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        "this build has no CUDA support (feature `cuda` off)".to_string()
+    }
+}
+
+impl Place {
+    /// The target the arguments name; says on stderr (unless `quiet`) why the CPU is used
+    /// when no GPU was asked for and none is usable.
+    pub fn open(args: &TargetArgs, quiet: bool) -> Result<Place, String> {
+        if let Some(n) = args.gpu {
+            return Self::gpu(n);
+        }
+        if args.cpu {
+            return Ok(Place {
+                target: Target::cpu(),
+                cpu_reason: Some("--cpu was given".into()),
+            });
+        }
+        Ok(Self::best_available(quiet))
+    }
+
+    /// GPU 0 when usable ([`Target::best_available`]), else the CPU with the reason.
+    pub fn best_available(quiet: bool) -> Place {
+        let target = Target::best_available();
+        if target.device().platform != Platform::Cpu {
+            return Place {
+                target,
+                cpu_reason: None,
+            };
+        }
+        let why = no_gpu_reason();
+        if !quiet {
+            eprintln!("note: no GPU found ({why}); using the CPU: {}", target.device());
+        }
+        Place {
+            target,
+            cpu_reason: Some(format!("no GPU: {why}")),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn gpu(ordinal: u32) -> Result<Place, String> {
+        let target = Target::cuda(ordinal).map_err(|e| format!("--gpu {ordinal}: {e}"))?;
+        Ok(Place {
+            target,
+            cpu_reason: None,
+        })
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn gpu(ordinal: u32) -> Result<Place, String> {
+        Err(format!(
+            "--gpu {ordinal}: this build has no CUDA support (feature `cuda` off)"
+        ))
+    }
+
+    /// The device layers are judged against and run on.
+    pub fn device(&self) -> &Device {
+        self.target.device()
+    }
+
+    /// The executor that feeds layers on this target: device buffers and CUDA events on a
+    /// GPU, host memory on the CPU.
+    pub fn executor(&self) -> Box<dyn Executor> {
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = self.target.gpu() {
+            return Box::new(crate::gpu::GpuExecutor::new(gpu.clone()));
+        }
+        Box::new(HostExecutor)
+    }
+}
+
+/// The kernel chosen for a layer, and, when a forced kernel could not be used, why and what
+/// ran instead.
+pub struct Choice {
+    /// The chosen kernel.
+    pub entry: &'static KernelEntry,
+    /// "forced kernel X <why it cannot run here>; fell back to Y", when a kernel was forced
+    /// and another was chosen.
+    pub force_note: Option<String>,
+}
+
+/// Selects the kernel for `config` on the place's device from `registry`: a measured
+/// autotune winner first when `tuned` gives the rows and the file, then the static order.
+pub fn choose(
+    registry: &Registry,
+    place: &Place,
+    config: &LayerConfig,
+    tuned: Option<(usize, &TuningFile)>,
+    ov: &Overrides,
+) -> Result<Choice, String> {
+    let device = place.device();
+    let selected = match tuned {
+        Some((m, tuning)) => {
+            let key = fp8_linear::tuning::device_key(device);
+            registry.select_tuned(device, &key, config, m, tuning, ov)
+        }
+        None => registry.select(device, config, ov),
+    }
+    .map_err(|e| e.to_string())?;
+    let entry = selected.entry;
+    let force_note = match &ov.force {
+        Some((name, _)) if !name.eq_ignore_ascii_case(entry.name) => {
+            let why = match selected.force_rejected {
+                Some((n, v)) => format!("{n} {v}"),
+                None => not_in_table(registry, place, config, name),
+            };
+            Some(format!("forced kernel {why}; fell back to {}", entry.name))
+        }
+        _ => None,
+    };
+    Ok(Choice { entry, force_note })
+}
+
+/// Why a forced kernel that is not in the device's table for the layer was not considered.
+fn not_in_table(registry: &Registry, place: &Place, config: &LayerConfig, name: &str) -> String {
+    let device = place.device();
+    let Some(e) = registry.entry(name) else {
+        let build = if cfg!(feature = "cuda") {
+            ""
+        } else {
+            " (this build has no CUDA kernels: feature `cuda` off)"
+        };
+        return format!("{name} is not a kernel of this build{build}");
+    };
+    if e.platform != device.platform {
+        let v = Verdict::PlatformMismatch {
+            kernel: e.platform,
+            device: device.platform,
+        };
+        let why = place
+            .cpu_reason
+            .as_ref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        return format!("{} {v}{why}", e.name);
+    }
+    let table = registry
+        .table_for(device, config)
+        .map(|t| t.name)
+        .unwrap_or("-");
+    format!(
+        "{} is not in table {table}, the one for {} layers on this device",
+        e.name,
+        config.family()
+    )
+}

@@ -1,0 +1,90 @@
+//! What a kernel's constructor receives: the layer, the device selection judged it against,
+//! the kernel options, and the device's runtime handle (the CUDA context and stream of a
+//! real GPU), so the device flows one way: caller -> selection -> constructor -> launch.
+
+use std::any::Any;
+use std::fmt;
+
+use crate::config::LayerConfig;
+use crate::device::Device;
+use crate::error::KernelError;
+use crate::options::KernelOptions;
+
+/// The build context of one layer. Made by the facade (`fp8_linear::Target`) or by hand for
+/// a kernel built without selection.
+#[derive(Copy, Clone)]
+pub struct BuildCtx<'a> {
+    config: &'a LayerConfig,
+    device: &'a Device,
+    options: &'a KernelOptions,
+    runtime: Option<&'a (dyn Any + Send + Sync)>,
+}
+
+impl<'a> BuildCtx<'a> {
+    /// A context without a runtime handle: enough for CPU kernels; GPU kernels refuse it
+    /// with [`KernelError::NoRuntime`] (or [`KernelError::ProfileDevice`] for a profile).
+    pub fn new(config: &'a LayerConfig, device: &'a Device, options: &'a KernelOptions) -> Self {
+        BuildCtx {
+            config,
+            device,
+            options,
+            runtime: None,
+        }
+    }
+
+    /// Attaches the device's runtime handle (for CUDA: `Arc<fp8_linear_cuda::Gpu>`, the
+    /// context and stream the layer uploads to and launches on).
+    pub fn with_runtime(mut self, runtime: &'a (dyn Any + Send + Sync)) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// The layer.
+    pub fn config(&self) -> &'a LayerConfig {
+        self.config
+    }
+
+    /// The device the kernel was selected for.
+    pub fn device(&self) -> &'a Device {
+        self.device
+    }
+
+    /// The kernel options.
+    pub fn options(&self) -> &'a KernelOptions {
+        self.options
+    }
+
+    /// The runtime handle, when it is a `T`.
+    pub fn runtime<T: Any>(&self) -> Option<&'a T> {
+        self.runtime.and_then(|r| r.downcast_ref::<T>())
+    }
+
+    /// The runtime handle as a `T`, or the typed error that says why there is none: the
+    /// device is a profile (no hardware behind it), or no handle was attached.
+    pub fn require_runtime<T: Any>(&self, kernel: &'static str) -> Result<&'a T, KernelError> {
+        if let Some(r) = self.runtime::<T>() {
+            return Ok(r);
+        }
+        if self.device.is_profile() {
+            return Err(KernelError::ProfileDevice {
+                kernel,
+                device: self.device.to_string(),
+            });
+        }
+        Err(KernelError::NoRuntime {
+            kernel,
+            device: self.device.to_string(),
+        })
+    }
+}
+
+impl fmt::Debug for BuildCtx<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BuildCtx")
+            .field("config", self.config)
+            .field("device", self.device)
+            .field("options", self.options)
+            .field("runtime", &self.runtime.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,135 @@
+//! The one options layer: selection overrides ([`Overrides`](crate::Overrides)) and kernel
+//! knobs ([`KernelOptions`]) are read from the environment here and nowhere below; kernels
+//! receive them typed, in their build context.
+
+use crate::arch::Capability;
+
+/// Environment variable capping the K splits of split-K kernels (1..=16).
+pub const ENV_MAX_SPLITS: &str = "FP8_LINEAR_MAX_SPLITS";
+/// Environment variable naming an older compute capability to compile kernels for
+/// (`sm80`: run the code an A100 runs on a newer GPU), for kernels that can.
+pub const ENV_COMPILE_FOR: &str = "FP8_LINEAR_COMPILE_FOR";
+
+/// Tuning knobs kernels read from their build context. `Default` is every kernel's own
+/// choice.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelOptions {
+    /// Upper bound on K splits for kernels that split K (None: the kernel's own cap, 16).
+    pub max_splits: Option<u16>,
+    /// Compile for this older compute capability instead of the device's (kernels that
+    /// support it: Marlin); None compiles for the device.
+    pub compile_for: Option<Capability>,
+}
+
+/// A bad value in an options environment variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("environment variable {var}={value:?}: {expected}")]
+pub struct OptionsError {
+    /// The variable.
+    pub var: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What it must be.
+    pub expected: &'static str,
+}
+
+impl KernelOptions {
+    /// Every kernel's own choice.
+    pub fn none() -> Self {
+        KernelOptions::default()
+    }
+
+    /// Reads [`ENV_MAX_SPLITS`] and [`ENV_COMPILE_FOR`]; unset or empty variables keep the
+    /// default, bad values are errors.
+    pub fn from_env() -> Result<Self, OptionsError> {
+        let mut o = KernelOptions::default();
+        if let Some(v) = env(ENV_MAX_SPLITS) {
+            o.max_splits = Some(match v.parse::<u16>() {
+                Ok(s @ 1..=16) => s,
+                _ => {
+                    return Err(OptionsError {
+                        var: ENV_MAX_SPLITS,
+                        value: v,
+                        expected: "an integer from 1 to 16",
+                    })
+                }
+            });
+        }
+        if let Some(v) = env(ENV_COMPILE_FOR) {
+            o.compile_for = Some(crate::arch::parse_sm(&v).map(|(c, _)| c).ok_or(
+                OptionsError {
+                    var: ENV_COMPILE_FOR,
+                    value: v,
+                    expected: "a compute capability such as sm80",
+                },
+            )?);
+        }
+        Ok(o)
+    }
+
+    /// Caps K splits.
+    pub fn max_splits(mut self, cap: u16) -> Self {
+        self.max_splits = Some(cap);
+        self
+    }
+
+    /// Compiles for an older compute capability.
+    pub fn compile_for(mut self, cap: Capability) -> Self {
+        self.compile_for = Some(cap);
+        self
+    }
+}
+
+fn env(var: &str) -> Option<String> {
+    std::env::var(var)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// Everything the caller decides about how layers are built: selection overrides and kernel
+/// knobs. [`Options::from_env`] is the one place the environment is read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Selection overrides (force, disable, backend).
+    pub overrides: crate::select::Overrides,
+    /// Kernel knobs.
+    pub kernel: KernelOptions,
+}
+
+impl Options {
+    /// No overrides, every kernel's own choices.
+    pub fn none() -> Self {
+        Options::default()
+    }
+
+    /// [`Overrides::from_env`](crate::select::Overrides::from_env) and
+    /// [`KernelOptions::from_env`].
+    pub fn from_env() -> Result<Self, OptionsError> {
+        Ok(Options {
+            overrides: crate::select::Overrides::from_env(),
+            kernel: KernelOptions::from_env()?,
+        })
+    }
+
+    /// With these overrides.
+    pub fn with_overrides(mut self, overrides: crate::select::Overrides) -> Self {
+        self.overrides = overrides;
+        self
+    }
+
+    /// With these kernel knobs.
+    pub fn with_kernel(mut self, kernel: KernelOptions) -> Self {
+        self.kernel = kernel;
+        self
+    }
+}
+
+impl From<crate::select::Overrides> for Options {
+    fn from(overrides: crate::select::Overrides) -> Self {
+        Options {
+            overrides,
+            kernel: KernelOptions::default(),
+        }
+    }
+}

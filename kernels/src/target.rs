@@ -1,0 +1,107 @@
+//! [`Target`]: the device a layer is built for, named by the caller. For a GPU it carries
+//! the CUDA context and stream (the engine's own, or one opened here) that the layer's
+//! weights are uploaded to and its kernels launch on.
+
+use fp8_linear_core::{BuildCtx, Device, KernelError, KernelOptions, LayerConfig, UnknownProfile};
+
+#[cfg(feature = "cuda")]
+use std::sync::Arc;
+
+#[cfg(feature = "cuda")]
+use crate::cuda::interop::{CudaContext, CudaStream, Gpu};
+
+/// The device layers are built for: the host CPU, a real GPU with its context and stream, or
+/// a profile (a description such as `a100`: kernels can be selected and explained for it,
+/// never built).
+#[derive(Clone, Debug)]
+pub struct Target {
+    device: Device,
+    #[cfg(feature = "cuda")]
+    gpu: Option<Arc<Gpu>>,
+}
+
+impl Target {
+    /// The host CPU.
+    pub fn cpu() -> Self {
+        Target::describe(Device::host_cpu())
+    }
+
+    /// A device profile by name (see [`Device::profile`]): for plans and explanations.
+    pub fn profile(name: &str) -> Result<Self, UnknownProfile> {
+        Ok(Target::describe(Device::profile(name)?))
+    }
+
+    /// A target from a description alone: the CPU, or a profile. A CUDA description builds
+    /// nothing (kernels return [`KernelError::ProfileDevice`] or [`KernelError::NoRuntime`]);
+    /// open real GPUs with [`Target::cuda`].
+    pub fn describe(device: Device) -> Self {
+        Target {
+            device,
+            #[cfg(feature = "cuda")]
+            gpu: None,
+        }
+    }
+
+    /// GPU `ordinal` with its primary context and default stream;
+    /// [`KernelError::NoSuchDevice`] when the machine has no such GPU.
+    #[cfg(feature = "cuda")]
+    pub fn cuda(ordinal: u32) -> Result<Self, KernelError> {
+        Ok(Target::from_gpu(Gpu::open(ordinal)?))
+    }
+
+    /// The context and stream an engine already owns (cudarc's handles, as candle has them):
+    /// weights are uploaded there and every kernel launches on that stream.
+    #[cfg(feature = "cuda")]
+    pub fn from_cudarc(
+        ctx: Arc<CudaContext>,
+        stream: Arc<CudaStream>,
+    ) -> Result<Self, KernelError> {
+        Ok(Target::from_gpu(Gpu::from_cudarc(ctx, stream)?))
+    }
+
+    /// A GPU handle made with [`Gpu::open`], [`Gpu::from_cudarc`] or [`Gpu::with_stream`].
+    #[cfg(feature = "cuda")]
+    pub fn from_gpu(gpu: Arc<Gpu>) -> Self {
+        Target {
+            device: gpu.device().clone(),
+            gpu: Some(gpu),
+        }
+    }
+
+    /// GPU 0 when this machine has a usable one (driver, device and NVRTC present), else the
+    /// host CPU.
+    pub fn best_available() -> Self {
+        #[cfg(feature = "cuda")]
+        if fp8_linear_cuda::probe::nvrtc().is_ok() {
+            if let Ok(t) = Target::cuda(0) {
+                return t;
+            }
+        }
+        Target::cpu()
+    }
+
+    /// The device, as selection judges kernels against it.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The GPU handle of a real CUDA target.
+    #[cfg(feature = "cuda")]
+    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
+        self.gpu.as_ref()
+    }
+
+    /// The build context of a layer on this target.
+    pub fn build_ctx<'a>(
+        &'a self,
+        config: &'a LayerConfig,
+        options: &'a KernelOptions,
+    ) -> BuildCtx<'a> {
+        let ctx = BuildCtx::new(config, &self.device, options);
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = &self.gpu {
+            return ctx.with_runtime(gpu);
+        }
+        ctx
+    }
+}
