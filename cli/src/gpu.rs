@@ -1,23 +1,15 @@
-//! The GPU side of the CLI: finding the device and running layers on device memory.
+//! The GPU side of the CLI: running layers on device memory of the run's GPU. The GPU
+//! itself comes from the run's [`Target`](fp8_linear::Target) (`--gpu N`, or GPU 0 when
+//! usable); layers built on that target launch on its stream, and this executor copies and
+//! times on the same stream.
 
 use std::sync::Arc;
 
-use fp8_linear::{DType, Device, LayerConfig, Linear};
-use fp8_linear_cuda::buffer::Element;
-use fp8_linear_cuda::{DeviceBuffer, EventTimer, Gpu};
-use half::{bf16, f16};
+use fp8_linear::cuda::runtime::buffer::Element;
+use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
+use fp8_linear::{bf16, f16, DType, LayerConfig, Linear};
 
 use crate::run_layer::Executor;
-
-/// The first CUDA device, or why there is none.
-pub fn detect() -> Result<Arc<Gpu>, String> {
-    fp8_linear_cuda::gpu(0).map_err(|e| e.to_string())
-}
-
-/// The device a GPU executor runs on.
-pub fn device(gpu: &Gpu) -> Device {
-    gpu.device().clone()
-}
 
 /// Runs layers on device memory: uploads the input, times the call with CUDA events,
 /// downloads the output.

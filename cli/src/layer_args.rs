@@ -1,7 +1,7 @@
 //! Command-line description of a layer and of selection overrides, shared by subcommands.
 
 use clap::{Args, ValueEnum};
-use fp8_linear::{DType, LayerConfig, Overrides, QuantKey};
+use fp8_linear::{DType, LayerConfig, Options, QuantKey};
 
 /// Layer kinds the CLI can describe.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -56,8 +56,8 @@ impl LayerArgs {
     }
 }
 
-/// Selection overrides (in addition to the FP8_LINEAR_FORCE / FP8_LINEAR_DISABLE /
-/// FP8_LINEAR_BACKEND environment variables).
+/// Selection overrides, on top of the FP8_LINEAR_FORCE / FP8_LINEAR_DISABLE /
+/// FP8_LINEAR_BACKEND environment variables (read once, through `Options::from_env`).
 #[derive(Args, Debug, Clone, Default)]
 pub struct OverrideArgs {
     /// Try this kernel first (falls back to the normal order if it cannot run).
@@ -72,9 +72,9 @@ pub struct OverrideArgs {
 }
 
 impl OverrideArgs {
-    /// Environment overrides, then these on top.
-    pub fn overrides(&self) -> Overrides {
-        let mut o = Overrides::from_env();
+    /// The environment's options with these overrides on top.
+    pub fn options(&self, env: &Options) -> Options {
+        let mut o = env.overrides.clone();
         if let Some(f) = &self.force {
             o = o.force(f.clone());
         }
@@ -84,6 +84,6 @@ impl OverrideArgs {
         if let Some(b) = &self.backend {
             o = o.backend(b.clone());
         }
-        o
+        env.clone().with_overrides(o)
     }
 }

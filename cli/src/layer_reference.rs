@@ -1,10 +1,11 @@
 //! The f64 reference output of a checkpoint layer for some rows of the input, computed from
-//! the layer's own FP8 weights and scales with the oracle GEMMs of `fp8_linear::cpu`.
+//! the layer's own FP8 weights and scales with the oracle GEMMs of `fp8_linear::cpu`. The
+//! caller passes the config of the numerics to check (the kernel's reference config: a
+//! weight-only kernel on a W8A8 layer gets the layer without its activation key).
 
 use fp8_linear::cpu::{quantize, reference};
 use fp8_linear::fp8::{f32_to_e4m3, group_scale, round_scale_ue8m0};
-use fp8_linear::quant::{GroupShape, ScaleDtype};
-use fp8_linear::LayerConfig;
+use fp8_linear::{GroupShape, LayerConfig, ScaleDtype};
 use fp8_linear_checkpoint::LayerTensors;
 
 /// Dynamic per-token-group quantization of `r` rows, with scales rounded up to powers of

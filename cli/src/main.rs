@@ -1,6 +1,7 @@
 //! `fp8-linear`: explain kernel selection, run layers, list tables.
 
 mod autotune;
+mod check;
 mod explain;
 mod gen;
 #[cfg(feature = "cuda")]
@@ -8,15 +9,17 @@ mod gpu;
 mod layer_args;
 mod layer_reference;
 mod model_run;
+mod place;
 mod plan;
 mod run_layer;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use fp8_linear::{Device, Overrides};
+use fp8_linear::{tables::BUILTIN, Device, Options, Target};
 
 use layer_args::{LayerArgs, OverrideArgs};
+use place::{Place, TargetArgs};
 
 /// FP8 linear-layer kernels and their dispatcher.
 #[derive(Parser, Debug)]
@@ -42,11 +45,14 @@ enum Command {
         #[command(flatten)]
         overrides: OverrideArgs,
     },
-    /// Run a random FP8 layer (or, given DIR, every layer of a checkpoint) on the current
-    /// device and check it against the f64 reference.
+    /// Run a random FP8 layer (or, given DIR, every layer of a checkpoint) on GPU 0 (or the
+    /// CPU, or `--gpu N`) and check it against the f64 reference of the numerics its kernel
+    /// implements (W8A16 for weight-only kernels such as Marlin, else the layer's own).
     Run {
         #[command(flatten)]
         checkpoint: model_run::CheckpointRunArgs,
+        #[command(flatten)]
+        target: TargetArgs,
         /// Rows of the activations (tokens).
         #[arg(long, short = 'm', default_value_t = 16)]
         m: usize,
@@ -95,41 +101,52 @@ struct SweepArgs {
     #[arg(long, default_value_t = 10)]
     iters: usize,
     #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
     layer: LayerArgs,
     #[command(flatten)]
     overrides: OverrideArgs,
 }
 
+/// What a sweep ran on and measured.
+struct Measured {
+    place: Place,
+    config: fp8_linear::LayerConfig,
+    options: Options,
+    sweep: autotune::Sweep,
+}
+
 impl SweepArgs {
-    /// Times every runnable kernel on the current device; `path` receives the winners.
+    /// Times every runnable kernel on the chosen target (checking each against its
+    /// reference); `path` receives the winners.
     fn measure(
         &self,
         quiet: bool,
+        env: &Options,
         path: Option<&std::path::Path>,
-    ) -> Result<
-        (
-            Device,
-            fp8_linear::LayerConfig,
-            Vec<fp8_linear::autotune::Measurement>,
-        ),
-        String,
-    > {
+    ) -> Result<Measured, String> {
         if self.ms.contains(&0) {
             return Err("every M must be at least 1".into());
         }
-        let target = current_target(quiet);
-        let device = target.device();
+        let place = Place::open(&self.target, quiet)?;
         let config = self.layer.config();
-        let measured = autotune::run(
-            &device,
+        let options = self.overrides.options(env);
+        let sweep = autotune::run(
+            &BUILTIN,
+            &place,
             &config,
             &self.ms,
             self.iters,
-            &self.overrides.overrides(),
-            target.executor().as_mut(),
+            &options,
+            place.executor().as_mut(),
             path,
         )?;
-        Ok((device, config, measured))
+        Ok(Measured {
+            place,
+            config,
+            options,
+            sweep,
+        })
     }
 }
 
@@ -140,52 +157,13 @@ fn tuning_path(file: &Option<std::path::PathBuf>) -> Result<std::path::PathBuf, 
         .ok_or_else(|| "no autotune file location: set FP8_LINEAR_TUNING or HOME".to_string())
 }
 
-/// Where layers run: the first CUDA device, else the host CPU.
-enum Target {
-    #[cfg(feature = "cuda")]
-    Gpu(std::sync::Arc<fp8_linear_cuda::Gpu>),
-    Cpu(Device),
-}
-
-impl Target {
-    fn device(&self) -> Device {
-        match self {
-            #[cfg(feature = "cuda")]
-            Target::Gpu(g) => gpu::device(g),
-            Target::Cpu(d) => d.clone(),
-        }
-    }
-
-    fn executor(&self) -> Box<dyn run_layer::Executor> {
-        match self {
-            #[cfg(feature = "cuda")]
-            Target::Gpu(g) => Box::new(gpu::GpuExecutor::new(g.clone())),
-            Target::Cpu(_) => Box::new(run_layer::HostExecutor),
-        }
-    }
-}
-
-/// The first CUDA device, else the host CPU; says plainly (on stderr) why the CPU is used.
-fn current_target(quiet: bool) -> Target {
-    let cpu = Device::host_cpu();
-    #[cfg(feature = "cuda")]
-    let why = match gpu::detect() {
-        Ok(g) => return Target::Gpu(g),
-        Err(e) => e,
-    };
-    #[cfg(not(feature = "cuda"))]
-    let why = "this build has no CUDA support (feature `cuda` off)".to_string();
-    if !quiet {
-        eprintln!("note: no GPU found ({why}); using the CPU: {cpu}");
-    }
-    Target::Cpu(cpu)
-}
-
-fn resolve_device(name: &str, quiet: bool) -> Result<Device, String> {
+/// A `--device` of `explain` and `plan`: `auto` for this machine's best target (GPU 0 when
+/// usable, else the CPU), else a profile by name.
+fn resolve_target(name: &str, quiet: bool) -> Result<Target, String> {
     if name.eq_ignore_ascii_case("auto") {
-        Ok(current_target(quiet).device())
+        Ok(Place::best_available(quiet).target)
     } else {
-        Device::profile(name).map_err(|e| e.to_string())
+        Target::profile(name).map_err(|e| e.to_string())
     }
 }
 
@@ -200,30 +178,39 @@ fn main() -> ExitCode {
     }
 }
 
+fn exit(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 fn run(cli: &Cli) -> Result<ExitCode, String> {
+    // The one read of the environment: overrides and kernel options.
+    let env = Options::from_env().map_err(|e| e.to_string())?;
     match &cli.command {
         Command::Explain {
             device,
             layer,
             overrides,
         } => {
-            let device = resolve_device(device, cli.json)?;
+            let target = resolve_target(device, cli.json)?;
+            let device = target.device();
             let config = layer.config();
-            let ex = fp8_linear::explain_builtin(&device, &config, &overrides.overrides())
+            let ex = BUILTIN
+                .explain(device, &config, &overrides.options(&env).overrides)
                 .map_err(|e| e.to_string())?;
             if cli.json {
-                println!("{:#}", explain::render_json(&device, &config, &ex));
+                println!("{:#}", explain::render_json(device, &config, &ex));
             } else {
-                print!("{}", explain::render_text(&device, &config, &ex));
+                print!("{}", explain::render_text(device, &config, &ex));
             }
-            Ok(if ex.chosen.is_some() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            Ok(exit(ex.chosen.is_some()))
         }
         Command::Run {
             checkpoint,
+            target,
             m,
             iters,
             layer,
@@ -232,16 +219,18 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             if *m == 0 {
                 return Err("M must be at least 1".into());
             }
-            let target = current_target(cli.json);
+            let place = Place::open(target, cli.json)?;
+            let options = overrides.options(&env);
             if let Some(dir) = &checkpoint.dir {
                 let report = model_run::run(
                     dir,
-                    &target.device(),
-                    target.executor().as_mut(),
+                    &BUILTIN,
+                    &place,
+                    place.executor().as_mut(),
                     *m,
                     *iters,
                     checkpoint.check,
-                    &overrides.overrides(),
+                    &options,
                     cli.json,
                 )?;
                 if cli.json {
@@ -249,11 +238,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 } else {
                     print!("{}", report.text());
                 }
-                return Ok(if report.ok() {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(1)
-                });
+                return Ok(exit(report.ok()));
             }
             let config = layer.config();
             let tuning = match tuning_path(&None) {
@@ -261,54 +246,56 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 Err(_) => fp8_linear::TuningFile::new(),
             };
             let report = run_layer::run_random(
-                &target.device(),
+                &BUILTIN,
+                &place,
                 &config,
                 *m,
                 *iters,
-                &overrides.overrides(),
+                &options,
                 &tuning,
-                target.executor().as_mut(),
+                place.executor().as_mut(),
             )?;
             if cli.json {
                 println!("{:#}", report.json());
             } else {
                 print!("{}", report.text());
             }
-            Ok(if report.rel_error < 1e-2 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            Ok(exit(report.ok()))
         }
         Command::Autotune { sweep, file } => {
             let path = tuning_path(file)?;
-            let (_, config, measured) = sweep.measure(cli.json, Some(&path))?;
+            let done = sweep.measure(cli.json, &env, Some(&path))?;
             if cli.json {
-                println!("{:#}", autotune::json(&measured, Some(&path)));
+                println!("{:#}", done.sweep.json(Some(&path)));
             } else {
-                print!("{}", autotune::text(&config, &measured, None, Some(&path)));
+                print!("{}", done.sweep.text(&done.config, None, Some(&path)));
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(exit(done.sweep.all_checked_ok()))
         }
         Command::Bench { sweep, baseline } => {
-            let (device, config, measured) = sweep.measure(cli.json, None)?;
+            let done = sweep.measure(cli.json, &env, None)?;
             let base = match baseline {
                 Some(b) => b.clone(),
-                None => fp8_linear::select_builtin(&device, &config, &sweep.overrides.overrides())
-                    .map_err(|e| e.to_string())?
-                    .entry
-                    .name
-                    .to_string(),
+                None => place::choose(
+                    &BUILTIN,
+                    &done.place,
+                    &done.config,
+                    None,
+                    &done.options.overrides,
+                )?
+                .entry
+                .name
+                .to_string(),
             };
             if cli.json {
-                println!("{:#}", autotune::json(&measured, None));
+                println!("{:#}", done.sweep.json(None));
             } else {
-                println!("device: {device}");
-                print!("{}", autotune::text(&config, &measured, Some(&base), None));
+                println!("device: {}", done.place.device());
+                print!("{}", done.sweep.text(&done.config, Some(&base), None));
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(exit(done.sweep.all_checked_ok()))
         }
-        Command::Plan(args) => plan::run(args, cli.json),
+        Command::Plan(args) => plan::run(args, cli.json, &env),
         Command::GenCheckpoint(args) => gen::run(args, cli.json),
         Command::List => {
             list(cli.json);
@@ -317,16 +304,24 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     }
 }
 
+/// The device profiles, this machine's target, and the built-in tables.
 fn list(json: bool) {
-    let tables = fp8_linear::tables::all();
+    let tables = BUILTIN.tables();
+    let here = Place::best_available(true);
     if json {
         let v = serde_json::json!({
             "profiles": Device::profile_names(),
+            "current": {
+                "device": here.device().to_string(),
+                "platform": here.device().platform.name(),
+                "no_gpu": here.cpu_reason,
+            },
             "tables": tables.iter().map(|t| serde_json::json!({
                 "name": t.name, "platform": t.platform.name(), "family": t.family.name(),
                 "kernels": t.entries.iter().map(|e| serde_json::json!({
                     "name": e.name, "priority": e.priority, "arch": e.arch.to_string(),
-                    "backend": e.backend, "params": e.params,
+                    "backend": e.backend, "numerics": e.numerics.name(),
+                    "params": e.params.iter().map(|p| p.name()).collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         });
@@ -337,11 +332,20 @@ fn list(json: bool) {
         "device profiles: {}, smXY\n",
         Device::profile_names().join(", ")
     );
+    match &here.cpu_reason {
+        None => println!("this machine: {}\n", here.device()),
+        Some(why) => println!("this machine: {} ({why})\n", here.device()),
+    }
     for t in tables {
         println!("{} ({} {}):", t.name, t.platform, t.family);
         for e in t.entries {
-            println!("  {:>3}  {:<24} {}", e.priority, e.name, e.arch);
+            println!(
+                "  {:>3}  {:<24} {:<14} {}",
+                e.priority,
+                e.name,
+                e.arch.to_string(),
+                e.numerics
+            );
         }
     }
-    let _ = Overrides::none();
 }

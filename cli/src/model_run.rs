@@ -3,8 +3,10 @@
 //! time per kernel and the whole model's linear time per token.
 //!
 //! Layers are built, timed and dropped one at a time, so host memory stays bounded by the
-//! largest layer whatever the model size. Everything goes through `fp8_linear::Linear`, so a
-//! GPU device runs the same code once its kernels are registered.
+//! largest layer whatever the model size. Everything goes through `fp8_linear::Linear` on the
+//! run's [`Target`](fp8_linear::Target), so a GPU runs the same code as the CPU. Each checked
+//! layer is compared with the f64 reference of the numerics its kernel implements (Marlin,
+//! weight-only, against the W8A16 reference).
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::IsTerminal;
@@ -12,16 +14,18 @@ use std::path::Path;
 use std::time::Instant;
 
 use clap::Args;
-use fp8_linear::{DType, Device, Linear, Overrides};
+use fp8_linear::{DType, Linear, Options, Registry};
 use fp8_linear_checkpoint::{Checkpoint, QuantLayer};
 use half::{bf16, f16};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use serde_json::{json, Value};
 
+use crate::check::{tolerance, Reference};
 use crate::layer_reference::reference_rows;
+use crate::place::{choose, Place};
 use crate::plan::bytes;
-use crate::run_layer::{sample_rows, Executor};
+use crate::run_layer::{gather_rows, sample_rows, Executor};
 
 /// Checkpoint options of `run`.
 #[derive(Args, Debug, Clone)]
@@ -43,14 +47,6 @@ fn round_to(dtype: DType, x: Vec<f32>) -> Vec<f32> {
     }
 }
 
-/// Tolerance on the relative Frobenius error against the f64 reference, by output dtype.
-fn tolerance(d: DType) -> f64 {
-    match d {
-        DType::F32 => 1e-4,
-        _ => 1e-2,
-    }
-}
-
 /// The outcome of one layer.
 struct LayerResult {
     name: String,
@@ -63,6 +59,10 @@ struct LayerResult {
     load_seconds: f64,
     /// Relative error and its tolerance, for checked layers.
     check: Option<(f64, f64)>,
+    /// The reference a checked layer was compared with (`w8a8` or `w8a16`).
+    reference: Option<&'static str>,
+    /// A forced kernel that could not run for this layer, and what ran instead.
+    force_note: Option<String>,
     /// Why the kernel failed to run (after it was built).
     failure: Option<String>,
 }
@@ -110,12 +110,13 @@ fn check_set(layers: &[QuantLayer], count: usize) -> HashSet<usize> {
 fn run_layer(
     ck: &Checkpoint,
     l: &QuantLayer,
-    device: &Device,
+    registry: &Registry,
+    place: &Place,
     exec: &mut dyn Executor,
     m: usize,
     iters: usize,
     check: bool,
-    ov: &Overrides,
+    options: &Options,
 ) -> Result<LayerResult, String> {
     let c = l.config;
     let mut res = LayerResult {
@@ -126,14 +127,31 @@ fn run_layer(
         seconds: 0.0,
         load_seconds: 0.0,
         check: None,
+        reference: None,
+        force_note: None,
         failure: None,
     };
     let tensors = ck.layer_tensors(l).map_err(|e| e.to_string())?;
     let t = Instant::now();
-    let mut linear = match Linear::new(device, &c, &tensors.view(), ov) {
+    let choice = match choose(registry, place, &c, None, &options.overrides) {
+        Ok(choice) => choice,
+        Err(e) => {
+            res.kernel = Err(e);
+            return Ok(res);
+        }
+    };
+    res.force_note = choice.force_note;
+    let built = Linear::with_entry(
+        choice.entry,
+        &place.target,
+        &c,
+        &tensors.view(),
+        &options.kernel,
+    );
+    let mut linear = match built {
         Ok(lin) => lin,
         Err(e) => {
-            res.kernel = Err(e.to_string());
+            res.kernel = Err(format!("{}: {e}", choice.entry.name));
             return Ok(res);
         }
     };
@@ -159,17 +177,16 @@ fn run_layer(
             times.push(secs);
         }
     }
+    let refr = Reference::for_kernel(linear.entry(), &c);
     drop(linear);
     times.sort_by(f64::total_cmp);
     res.seconds = times[times.len() / 2];
     if check {
         let rows = sample_rows(m);
-        let want = reference_rows(&c, &tensors, &x, &rows)
+        let want = reference_rows(&refr.config, &tensors, &x, &rows)
             .map_err(|e| format!("layer {}: {e}", l.name))?;
-        let got: Vec<f32> = rows
-            .iter()
-            .flat_map(|&i| out[i * c.n..(i + 1) * c.n].iter().copied())
-            .collect();
+        let got = gather_rows(&out, c.n, &rows);
+        res.reference = Some(refr.label);
         res.check = Some((
             fp8_linear::cpu::reference::rel_frobenius(&got, &want),
             tolerance(c.output_dtype),
@@ -209,6 +226,28 @@ impl ModelReport {
         map
     }
 
+    /// The references the checked layers were compared with, each once.
+    fn references(&self) -> Vec<&'static str> {
+        let mut v: Vec<&'static str> = Vec::new();
+        for r in self.layers.iter().filter_map(|r| r.reference) {
+            if !v.contains(&r) {
+                v.push(r);
+            }
+        }
+        v
+    }
+
+    /// The forced-kernel notes of the layers, each once.
+    fn notes(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = Vec::new();
+        for n in self.layers.iter().filter_map(|r| r.force_note.as_deref()) {
+            if !v.contains(&n) {
+                v.push(n);
+            }
+        }
+        v
+    }
+
     fn model_seconds(&self) -> f64 {
         self.layers.iter().map(|r| r.seconds).sum()
     }
@@ -219,6 +258,12 @@ impl ModelReport {
             "checkpoint: {}\ndevice:     {}\ninput:      M = {} tokens of random activations; median of {} timed calls per layer\n\n",
             self.dir, self.device, self.m, self.iters
         );
+        for note in self.notes() {
+            s += &format!("note: {note}\n");
+        }
+        if !self.notes().is_empty() {
+            s.push('\n');
+        }
         let w = self.layers.iter().map(|r| r.name.len()).max().unwrap_or(5);
         for r in &self.layers {
             let shape = format!("N={} K={}", r.n, r.k);
@@ -237,7 +282,8 @@ impl ModelReport {
                     );
                     if let Some((e, tol)) = r.check {
                         s += &format!(
-                            "   checked: rel err {e:.2e} (< {tol:.0e}) {}",
+                            "   checked against the {} reference: rel err {e:.2e} (< {tol:.0e}) {}",
+                            r.reference.unwrap_or("?"),
                             if e < tol { "ok" } else { "FAILED" }
                         );
                     }
@@ -285,8 +331,9 @@ impl ModelReport {
                 .filter(|(e, tol)| e.is_nan() || e >= tol)
                 .count();
             s += &format!(
-                "reference check: {} layers, worst relative error {worst:.2e} -> {}\n",
+                "reference check: {} layers, checked against the {} reference, worst relative error {worst:.2e} -> {}\n",
                 checked.len(),
+                self.references().join(" and "),
                 if failed == 0 {
                     "ok".to_string()
                 } else {
@@ -326,6 +373,7 @@ impl ModelReport {
                 "error": r.kernel.as_ref().err().or(r.failure.as_ref()),
                 "seconds": r.seconds,
                 "load_seconds": r.load_seconds,
+                "reference": r.reference,
                 "rel_error": r.check.map(|c| c.0),
                 "tolerance": r.check.map(|c| c.1),
                 "ok": r.ok(),
@@ -335,6 +383,8 @@ impl ModelReport {
             }))).collect::<serde_json::Map<String, Value>>(),
             "model_seconds_per_forward": total,
             "model_seconds_per_token": total / self.m as f64,
+            "references": self.references(),
+            "notes": self.notes(),
             "fp8_bytes": self.fp8_bytes,
             "wall_seconds": self.wall_seconds,
             "ok": self.ok(),
@@ -342,16 +392,18 @@ impl ModelReport {
     }
 }
 
-/// Runs every layer of the checkpoint at `dir` on `device` through `exec`.
+/// Runs every layer of the checkpoint at `dir` on the place's target through `exec`, with
+/// the kernels `registry` selects.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     dir: &Path,
-    device: &Device,
+    registry: &Registry,
+    place: &Place,
     exec: &mut dyn Executor,
     m: usize,
     iters: usize,
     check: usize,
-    ov: &Overrides,
+    options: &Options,
     quiet: bool,
 ) -> Result<ModelReport, String> {
     let wall = Instant::now();
@@ -376,19 +428,20 @@ pub fn run(
         results.push(run_layer(
             &ck,
             l,
-            device,
+            registry,
+            place,
             exec,
             m,
             iters.max(1),
             to_check.contains(&i),
-            ov,
+            options,
         )?);
         bar.inc(1);
     }
     bar.finish_and_clear();
     Ok(ModelReport {
         dir: dir.display().to_string(),
-        device: device.to_string(),
+        device: place.device().to_string(),
         m,
         iters: iters.max(1),
         fp8_bytes: layers.iter().map(|l| l.weight_bytes()).sum(),
@@ -400,7 +453,19 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fp8_linear::cpu::CpuReference;
+    use fp8_linear::{
+        BuildCtx, Family, Fp8Kernel, KernelEntry, KernelError, Numerics, Platform, Registered,
+        Table, Target,
+    };
     use fp8_linear_checkpoint::{generate, GenOptions, Preset};
+
+    fn cpu() -> Place {
+        Place {
+            target: Target::cpu(),
+            cpu_reason: Some("test".into()),
+        }
+    }
 
     #[test]
     fn check_set_covers_configs_and_stays_bounded() {
@@ -420,15 +485,133 @@ mod tests {
 
         // A whole run on the CPU: every layer served, the checked ones within tolerance.
         let mut exec = crate::run_layer::HostExecutor;
-        let cpu = Device::host_cpu();
-        let r = run(&dir, &cpu, &mut exec, 3, 1, 5, &Overrides::none(), true).unwrap();
+        let builtin = &fp8_linear::tables::BUILTIN;
+        let r = run(
+            &dir,
+            builtin,
+            &cpu(),
+            &mut exec,
+            3,
+            1,
+            5,
+            &Options::none(),
+            true,
+        )
+        .unwrap();
         assert!(r.ok(), "{}", r.text());
         assert_eq!(r.layers.iter().filter(|l| l.check.is_some()).count(), 5);
         assert!(r.text().contains("model linear time"));
+        assert!(r.text().contains("checked against the w8a8 reference"));
         assert_eq!(
             r.json()["layers"].as_array().unwrap().len(),
             ck.layers().len()
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A CPU stand-in for Marlin: it runs a block W8A8 layer with weight-only arithmetic
+    /// (activations kept in 16 bits), as Marlin does on an A100.
+    fn w8a16_construct(ctx: &BuildCtx<'_>) -> Result<Box<dyn Fp8Kernel>, KernelError> {
+        let weight_only = Numerics::W8A16.reference_config(ctx.config());
+        Ok(Box::new(CpuReference::for_layer(&weight_only)))
+    }
+
+    /// The stand-in, declaring the numerics it implements.
+    const W8A16_ENTRY: KernelEntry = KernelEntry {
+        name: "CpuW8A16StandIn",
+        priority: 1,
+        numerics: Numerics::W8A16,
+        construct: w8a16_construct,
+        ..<CpuReference as Registered>::ENTRY
+    };
+
+    /// The same kernel claiming the layer's numerics (what every kernel was checked
+    /// against before kernels declared their numerics).
+    const MISLABELED_ENTRY: KernelEntry = KernelEntry {
+        name: "CpuW8A16Mislabeled",
+        numerics: Numerics::Layer,
+        ..W8A16_ENTRY
+    };
+
+    static W8A16_BLOCK: Table = Table {
+        name: "TEST_W8A16_BLOCK",
+        platform: Platform::Cpu,
+        family: Family::BlockScaled,
+        entries: &[W8A16_ENTRY],
+    };
+    static W8A16: Registry = Registry::new(&[&W8A16_BLOCK]);
+
+    static MISLABELED_BLOCK: Table = Table {
+        name: "TEST_MISLABELED_BLOCK",
+        platform: Platform::Cpu,
+        family: Family::BlockScaled,
+        entries: &[MISLABELED_ENTRY],
+    };
+    static MISLABELED: Registry = Registry::new(&[&MISLABELED_BLOCK]);
+
+    #[test]
+    fn a_weight_only_kernel_on_block_layers_is_checked_against_the_w8a16_reference() {
+        let dir = std::env::temp_dir().join(format!("fp8-cli-w8a16-{}", std::process::id()));
+        generate(
+            &dir,
+            &GenOptions {
+                layers: Some(1),
+                ..GenOptions::new(Preset::Tiny)
+            },
+        )
+        .unwrap();
+        let ck = Checkpoint::open(&dir).unwrap();
+        assert!(
+            ck.layers()
+                .iter()
+                .all(|l| l.config.family() == Family::BlockScaled && l.config.activation.is_some()),
+            "the tiny checkpoint has block W8A8 layers"
+        );
+        let mut exec = crate::run_layer::HostExecutor;
+        let n = ck.layers().len();
+        let r = run(
+            &dir,
+            &W8A16,
+            &cpu(),
+            &mut exec,
+            4,
+            1,
+            n,
+            &Options::none(),
+            true,
+        )
+        .unwrap();
+        let text = r.text();
+        assert!(r.ok(), "{text}");
+        assert!(r.layers.iter().all(|l| l.kernel == Ok("CpuW8A16StandIn")));
+        assert!(
+            r.layers.iter().all(|l| l.reference == Some("w8a16")),
+            "{text}"
+        );
+        assert!(
+            text.contains("checked against the w8a16 reference"),
+            "{text}"
+        );
+        assert!(!text.contains("w8a8"), "{text}");
+        assert_eq!(r.json()["references"], serde_json::json!(["w8a16"]));
+
+        // Compared with the layer's own (W8A8) reference, the same output fails: the check
+        // must follow the kernel's numerics.
+        let r = run(
+            &dir,
+            &MISLABELED,
+            &cpu(),
+            &mut exec,
+            4,
+            1,
+            n,
+            &Options::none(),
+            true,
+        )
+        .unwrap();
+        assert!(!r.ok(), "{}", r.text());
+        assert!(r.text().contains("checked against the w8a8 reference"));
+        assert!(r.text().contains("FAILED"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -75,7 +75,10 @@ impl Place {
         }
         let why = no_gpu_reason();
         if !quiet {
-            eprintln!("note: no GPU found ({why}); using the CPU: {}", target.device());
+            eprintln!(
+                "note: no GPU found ({why}); using the CPU: {}",
+                target.device()
+            );
         }
         Place {
             target,

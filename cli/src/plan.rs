@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use fp8_linear::{Device, LayerConfig, Overrides};
+use fp8_linear::{tables::BUILTIN, Device, LayerConfig, Options, Overrides};
 use fp8_linear_checkpoint::Checkpoint;
 use serde_json::{json, Value};
 
@@ -70,7 +70,8 @@ fn build(ck: &Checkpoint, devices: Vec<(String, Device)>, ov: &Overrides) -> Pla
                 choices: devices
                     .iter()
                     .map(|(_, d)| {
-                        fp8_linear::select_builtin(d, &l.config, ov)
+                        BUILTIN
+                            .select(d, &l.config, ov)
                             .map(|s| s.entry.name)
                             .map_err(|e| e.to_string())
                     })
@@ -239,15 +240,15 @@ fn render_json(ck: &Checkpoint, plan: &Plan) -> Value {
     })
 }
 
-/// Runs `plan`.
-pub fn run(args: &PlanArgs, json: bool) -> Result<ExitCode, String> {
+/// Runs `plan` with the environment's options `env` (the command line's overrides on top).
+pub fn run(args: &PlanArgs, json: bool, env: &Options) -> Result<ExitCode, String> {
     let devices = args
         .device
         .iter()
-        .map(|d| crate::resolve_device(d, json).map(|dev| (d.clone(), dev)))
+        .map(|d| crate::resolve_target(d, json).map(|t| (d.clone(), t.device().clone())))
         .collect::<Result<Vec<_>, _>>()?;
     let ck = Checkpoint::open(&args.dir).map_err(|e| e.to_string())?;
-    let plan = build(&ck, devices, &args.overrides.overrides());
+    let plan = build(&ck, devices, &args.overrides.options(env).overrides);
     if json {
         println!("{:#}", render_json(&ck, &plan));
     } else {

@@ -1,15 +1,18 @@
 //! `run` without a checkpoint: a random FP8 layer of the given shape on the current device,
-//! checked against the f64 reference.
+//! checked against the f64 reference of the numerics its kernel implements.
 
 use std::time::Instant;
 
 use fp8_linear::cpu::{quantize, reference};
 use fp8_linear::fp8::{e4m3_to_f32, f32_to_e4m3};
 use fp8_linear::{
-    DType, Device, LayerConfig, LayerWeights, Linear, Overrides, Tensor, TensorMut, TuningFile,
+    DType, LayerConfig, LayerWeights, Linear, Options, Registry, Tensor, TensorMut, TuningFile,
 };
 use rand::Rng;
 use serde_json::{json, Value};
+
+use crate::check::{tolerance, Reference};
+use crate::place::{choose, Place};
 
 /// The outcome of one run.
 pub struct RunReport {
@@ -17,10 +20,16 @@ pub struct RunReport {
     pub kernel: &'static str,
     /// Device it ran on.
     pub device: String,
+    /// The reference it was checked against (`w8a8` or `w8a16`).
+    pub reference: &'static str,
     /// Rows checked against the reference.
     pub rows_checked: usize,
     /// Relative Frobenius error on those rows.
     pub rel_error: f64,
+    /// The tolerance on `rel_error`.
+    pub tolerance: f64,
+    /// A forced kernel that could not run, and what ran instead.
+    pub force_note: Option<String>,
     /// Median time of one call, seconds.
     pub seconds: f64,
     /// M, N, K.
@@ -34,19 +43,32 @@ impl RunReport {
         2.0 * (m * n * k) as f64 / self.seconds / 1e12
     }
 
+    /// Whether the output is within tolerance of the reference.
+    pub fn ok(&self) -> bool {
+        self.rel_error < self.tolerance
+    }
+
     /// Human-readable summary.
     pub fn text(&self) -> String {
         let (m, n, k) = self.mnk;
-        format!(
-            "kernel:    {}\ndevice:    {}\nshape:     M={m} N={n} K={k}\nerror:     {:.3e} relative Frobenius vs f64 reference ({} rows checked) -> {}\ntime:      {:.3} ms per call (median)\nthroughput: {:.2} GFLOP/s\n",
-            self.kernel,
-            self.device,
+        let mut s = format!(
+            "kernel:    {}\ndevice:    {}\nshape:     M={m} N={n} K={k}\n",
+            self.kernel, self.device
+        );
+        if let Some(note) = &self.force_note {
+            s += &format!("forced:    {note}\n");
+        }
+        s += &format!(
+            "check:     checked against the {} reference (f64): {:.3e} relative Frobenius (< {:.0e}), {} rows -> {}\ntime:      {:.3} ms per call (median)\nthroughput: {:.2} GFLOP/s\n",
+            self.reference,
             self.rel_error,
+            self.tolerance,
             self.rows_checked,
-            if self.rel_error < 1e-2 { "ok" } else { "FAILED" },
+            if self.ok() { "ok" } else { "FAILED" },
             self.seconds * 1e3,
             self.tflops() * 1e3
-        )
+        );
+        s
     }
 
     /// Machine-readable summary.
@@ -54,8 +76,10 @@ impl RunReport {
         let (m, n, k) = self.mnk;
         json!({
             "kernel": self.kernel, "device": self.device, "m": m, "n": n, "k": k,
-            "rel_error": self.rel_error, "rows_checked": self.rows_checked,
-            "ok": self.rel_error < 1e-2, "seconds": self.seconds, "tflops": self.tflops(),
+            "reference": self.reference, "rel_error": self.rel_error,
+            "tolerance": self.tolerance, "rows_checked": self.rows_checked,
+            "ok": self.ok(), "force_rejected": self.force_note,
+            "seconds": self.seconds, "tflops": self.tflops(),
         })
     }
 }
@@ -105,8 +129,8 @@ impl RandomWeights {
     }
 }
 
-fn to_dtype_bits(x: &[f32], dtype: DType) -> Vec<f32> {
-    // The values the kernel sees after conversion to the input dtype, back in f32.
+/// The values a kernel sees after conversion of `x` to the input dtype, back in f32.
+pub fn to_dtype_bits(x: &[f32], dtype: DType) -> Vec<f32> {
     match dtype {
         DType::Bf16 => x
             .iter()
@@ -117,8 +141,9 @@ fn to_dtype_bits(x: &[f32], dtype: DType) -> Vec<f32> {
     }
 }
 
-/// f64 reference output for selected rows.
-fn reference_rows(
+/// f64 reference output of a random layer for selected rows of `x`, computed for `config`
+/// (pass the kernel's [`Reference`] config).
+pub fn reference_rows(
     config: &LayerConfig,
     x: &[f32],
     rows: &[usize],
@@ -226,20 +251,36 @@ impl Executor for HostExecutor {
     }
 }
 
-/// Runs a random layer of `m` rows on `device` with the selected kernel and `exec`, and
-/// checks sampled rows against the f64 reference.
+/// Runs a random layer of `m` rows on the place's target with the kernel selected from
+/// `registry` (autotune winners first) and `exec`, and checks sampled rows against the f64
+/// reference of the numerics that kernel implements.
+#[allow(clippy::too_many_arguments)]
 pub fn run_random(
-    device: &Device,
+    registry: &Registry,
+    place: &Place,
     config: &LayerConfig,
     m: usize,
     iters: usize,
-    overrides: &Overrides,
+    options: &Options,
     tuning: &TuningFile,
     exec: &mut dyn Executor,
 ) -> Result<RunReport, String> {
     let rw = RandomWeights::new(config);
-    let mut linear = Linear::new_tuned(device, config, m, tuning, &rw.weights(), overrides)
-        .map_err(|e| e.to_string())?;
+    let choice = choose(
+        registry,
+        place,
+        config,
+        Some((m, tuning)),
+        &options.overrides,
+    )?;
+    let mut linear = Linear::with_entry(
+        choice.entry,
+        &place.target,
+        config,
+        &rw.weights(),
+        &options.kernel,
+    )
+    .map_err(|e| e.to_string())?;
     let mut rng = rand::rng();
     let x: Vec<f32> = (0..m * config.k)
         .map(|_| rng.random_range(-1.0f32..1.0))
@@ -254,19 +295,34 @@ pub fn run_random(
     }
     times.sort_by(f64::total_cmp);
     let rows: Vec<usize> = sample_rows(m);
-    let want = reference_rows(config, &x, &rows, &rw.codes, &rw.scales, rw.input_scale[0]);
-    let got: Vec<f32> = rows
-        .iter()
-        .flat_map(|&i| out[i * config.n..(i + 1) * config.n].to_vec())
-        .collect();
+    let refr = Reference::for_kernel(linear.entry(), config);
+    let want = reference_rows(
+        &refr.config,
+        &x,
+        &rows,
+        &rw.codes,
+        &rw.scales,
+        rw.input_scale[0],
+    );
+    let got = gather_rows(&out, config.n, &rows);
     Ok(RunReport {
         kernel: linear.entry().name,
-        device: device.to_string(),
+        device: place.device().to_string(),
+        reference: refr.label,
         rows_checked: rows.len(),
         rel_error: reference::rel_frobenius(&got, &want),
+        tolerance: tolerance(config.output_dtype),
+        force_note: choice.force_note,
         seconds: times[times.len() / 2],
         mnk: (m, config.n, config.k),
     })
+}
+
+/// The given rows of an `[m, n]` output.
+pub fn gather_rows(out: &[f32], n: usize, rows: &[usize]) -> Vec<f32> {
+    rows.iter()
+        .flat_map(|&i| out[i * n..(i + 1) * n].iter().copied())
+        .collect()
 }
 
 fn run_out(

@@ -29,6 +29,7 @@ fn json(o: &Output) -> serde_json::Value {
     })
 }
 
+#[cfg(feature = "cuda")]
 #[test]
 fn explain_a100_block_layer_gives_every_candidate_a_verdict() {
     let o = bin(
@@ -60,6 +61,18 @@ fn explain_a100_block_layer_gives_every_candidate_a_verdict() {
     let t = text(&o);
     assert!(t.contains("-> "), "{t}");
     assert!(t.contains("chosen: MarlinFp8"), "{t}");
+}
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn explain_a100_without_cuda_says_there_is_no_cuda_table() {
+    let o = bin(&["explain", "--device", "a100"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("no block-scaled kernel table for platform cuda"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -97,6 +110,13 @@ fn run_checks_against_the_reference() {
     assert_eq!(v["ok"], true, "{v:#}");
     assert!(v["rel_error"].as_f64().unwrap() < 1e-2);
     assert_eq!(v["rows_checked"], 3);
+    // Whatever ran, it was checked against the reference of the numerics it implements.
+    let want = if v["kernel"] == "MarlinFp8" {
+        "w8a16"
+    } else {
+        "w8a8"
+    };
+    assert_eq!(v["reference"], want, "{v:#}");
 }
 
 #[test]
@@ -105,7 +125,8 @@ fn autotune_winners_are_used_by_run() {
     let f = file.to_str().unwrap();
     let o = bin(
         &[
-            "autotune", "--ms", "2", "-n", "96", "-k", "200", "--iters", "1", "--file", f, "--json",
+            "autotune", "--cpu", "--ms", "2", "-n", "96", "-k", "200", "--iters", "1", "--file", f,
+            "--json",
         ],
         &[],
     );
@@ -120,10 +141,14 @@ fn autotune_winners_are_used_by_run() {
         .as_str()
         .unwrap()
         .to_string();
+    for m in v["measurements"].as_array().unwrap() {
+        assert_eq!(m["reference"], "w8a8", "{m}");
+        assert_eq!(m["ok"], true, "{m}");
+    }
     // Whatever won is what `run` picks for this shape and M bucket, through the file.
     let r = json(&bin(
         &[
-            "run", "-m", "2", "-n", "96", "-k", "200", "--iters", "1", "--json",
+            "run", "--cpu", "-m", "2", "-n", "96", "-k", "200", "--iters", "1", "--json",
         ],
         &[("FP8_LINEAR_TUNING", f)],
     ));
@@ -136,14 +161,14 @@ fn autotune_winners_are_used_by_run() {
     std::fs::write(&file, fields.join("\t") + "\n").unwrap();
     let r = json(&bin(
         &[
-            "run", "-m", "2", "-n", "96", "-k", "200", "--iters", "1", "--json",
+            "run", "--cpu", "-m", "2", "-n", "96", "-k", "200", "--iters", "1", "--json",
         ],
         &[("FP8_LINEAR_TUNING", f)],
     ));
     assert_eq!(r["kernel"], "CpuReference", "{r:#}");
     let r = json(&bin(
         &[
-            "run", "-m", "2", "-n", "96", "-k", "200", "--iters", "1", "--json",
+            "run", "--cpu", "-m", "2", "-n", "96", "-k", "200", "--iters", "1", "--json",
         ],
         &[("FP8_LINEAR_TUNING", "/nonexistent/autotune.tsv")],
     ));
@@ -155,7 +180,7 @@ fn autotune_winners_are_used_by_run() {
 fn bench_compares_with_the_selected_kernel() {
     let o = bin(
         &[
-            "bench", "--ms", "1", "-n", "64", "-k", "128", "--iters", "1",
+            "bench", "--cpu", "--ms", "1", "-n", "64", "-k", "128", "--iters", "1",
         ],
         &[],
     );
@@ -163,6 +188,9 @@ fn bench_compares_with_the_selected_kernel() {
     let t = text(&o);
     assert!(t.contains("vs CpuFp8Gemm"), "{t}");
     assert!(t.contains("1.00x"), "{t}");
+    // Every timed kernel was checked, against the reference of its own numerics.
+    assert!(t.contains("checked against the w8a8 reference: ok"), "{t}");
+    assert!(!t.contains("FAILED"), "{t}");
 }
 
 #[test]

@@ -88,3 +88,36 @@ impl fmt::Debug for BuildCtx<'_> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    #[test]
+    fn runtime_is_found_by_type_or_refused_with_the_reason() {
+        let cfg = LayerConfig::block_128(256, 256, DType::Bf16, DType::Bf16);
+        let opts = KernelOptions::none();
+        let a100 = Device::profile("a100").unwrap();
+        let ctx = BuildCtx::new(&cfg, &a100, &opts);
+        assert!(matches!(
+            ctx.require_runtime::<u32>("K"),
+            Err(KernelError::ProfileDevice { kernel: "K", .. })
+        ));
+        let mut real = a100.clone();
+        real.ordinal = Some(1);
+        let handle: u32 = 7;
+        let ctx = BuildCtx::new(&cfg, &real, &opts);
+        assert!(matches!(
+            ctx.require_runtime::<u32>("K"),
+            Err(KernelError::NoRuntime { .. })
+        ));
+        let ctx = ctx.with_runtime(&handle);
+        assert_eq!(ctx.require_runtime::<u32>("K").unwrap(), &7);
+        assert!(
+            ctx.runtime::<u64>().is_none(),
+            "another type is not handed out"
+        );
+        assert_eq!(ctx.config().n, 256);
+    }
+}

@@ -57,7 +57,9 @@ impl KernelEntry {
     pub fn build(&self, ctx: &BuildCtx<'_>) -> Result<Box<dyn Fp8Kernel>, KernelError> {
         let device = ctx.device();
         let arch_ok = self.arch.matches(device.capability)
-            || self.force_arch.is_some_and(|a| a.matches(device.capability));
+            || self
+                .force_arch
+                .is_some_and(|a| a.matches(device.capability));
         if !self.platform.same(device.platform) || !arch_ok {
             return Err(KernelError::WrongDevice {
                 kernel: self.name,

@@ -68,6 +68,14 @@ pub enum KernelError {
         /// Elements held.
         len: usize,
     },
+    /// A size whose element or byte count overflows, or that cannot be allocated.
+    #[error("{what} is too large: {detail}")]
+    TooLarge {
+        /// Which tensor or buffer.
+        what: &'static str,
+        /// The sizes and the bytes needed.
+        detail: String,
+    },
     /// A pointer or size does not meet the kernel's alignment.
     #[error("alignment of {what}: {detail}")]
     Alignment {

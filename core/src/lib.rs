@@ -47,7 +47,9 @@ pub use options::{KernelOptions, Options, OptionsError};
 pub use param::{LayerParam, LayerParams};
 pub use platform::Platform;
 pub use quant::{GroupShape, QuantKey, ScaleDtype};
-pub use select::{Candidate, Explanation, OverrideSource, Overrides, SelectError, Selected, Verdict};
+pub use select::{
+    Candidate, Explanation, OverrideSource, Overrides, SelectError, Selected, Verdict,
+};
 pub use table::{Registry, Table};
 pub use tensor::{DeviceMemory, LayerWeights, Storage, StorageMut, Tensor, TensorMut};
 pub use tuning::{TuningError, TuningFile};

@@ -43,3 +43,20 @@ impl fmt::Display for Numerics {
         f.write_str(self.name())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Family;
+    use crate::dtype::DType;
+
+    #[test]
+    fn w8a16_reference_drops_the_activation_key() {
+        let block = LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16);
+        assert_eq!(Numerics::Layer.reference_config(&block), block);
+        let r = Numerics::W8A16.reference_config(&block);
+        assert_eq!(r.activation, None);
+        assert_eq!(r.family(), Family::WeightOnly);
+        assert_eq!((r.weight, r.n, r.k), (block.weight, block.n, block.k));
+    }
+}

@@ -125,11 +125,61 @@ impl<const N: usize> LayerParams<N> {
 
     /// The tensor for a declared optional parameter (e.g. `input_scale`), if the layer has it;
     /// None for a parameter the kernel did not declare.
-    pub fn optional<'w>(&self, weights: &LayerWeights<'w>, param: LayerParam) -> Option<Tensor<'w>> {
+    pub fn optional<'w>(
+        &self,
+        weights: &LayerWeights<'w>,
+        param: LayerParam,
+    ) -> Option<Tensor<'w>> {
         if self.declares(param) {
             weights.get(param)
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+
+    #[test]
+    fn named_access_only_to_declared_params() {
+        let w = [0u8; 4];
+        let s = [1f32];
+        let ub = [10f32];
+        let weights = LayerWeights::new(Tensor::fp8(&w, [2, 2]), Tensor::f32(&s, [1, 1]))
+            .with_input_scale_ub(Tensor::f32(&ub, [1, 1]));
+        let p = LayerParams::new([names::weight, names::input_scale_ub]);
+        assert!(p.declares(LayerParam::Weight));
+        assert!(!p.declares(LayerParam::WeightScale));
+        assert_eq!(
+            p.require("k", &weights, LayerParam::Weight).unwrap().shape,
+            [2, 2]
+        );
+        assert!(p.optional(&weights, LayerParam::InputScaleUb).is_some());
+        // Present in the layer but not declared: not handed out.
+        assert!(p.optional(&weights, LayerParam::WeightScale).is_none());
+        assert_eq!(
+            p.require("k", &weights, LayerParam::WeightScale)
+                .unwrap_err(),
+            KernelError::MissingParam {
+                kernel: "k",
+                name: "weight_scale"
+            }
+        );
+        // Declared but absent from the layer.
+        let q = LayerParams::new([names::bias]);
+        assert!(q.require("k", &weights, LayerParam::Bias).is_err());
+        assert_eq!(
+            LayerParam::ALL.map(LayerParam::name),
+            [
+                "weight",
+                "weight_scale",
+                "input_scale",
+                "input_scale_ub",
+                "bias"
+            ]
+        );
     }
 }

@@ -498,4 +498,3 @@ pub struct Explanation {
     /// The error `select` returns, when nothing fits.
     pub error: Option<SelectError>,
 }
-

@@ -127,62 +127,153 @@ pub mod build {
         entries
     }
 
-    /// Rejects, at compile time, a table with two kernels of one priority, one kernel
-    /// listed twice, a kernel of another platform, or a priority of 0. The panic message
-    /// names the table and the kernels.
-    pub const fn validate(table: &Table) {
-        let e = table.entries;
+    /// What is wrong with a table, found at compile time: a message naming the table and
+    /// the kernels, or nothing. `fp8_table!` generates one `const _` check per entry (and
+    /// one for the base table), spanned at the entry's tokens, that panics with
+    /// [`Problem::message`] when [`Problem::found`], so the error points at the entry.
+    pub struct Problem {
+        msg: Msg,
+        found: bool,
+    }
+
+    impl Problem {
+        const fn none() -> Self {
+            Problem {
+                msg: Msg::new(),
+                found: false,
+            }
+        }
+
+        const fn table(table: &str) -> Self {
+            Problem {
+                msg: Msg::new().push("fp8_table! `").push(table).push("`: "),
+                found: true,
+            }
+        }
+
+        const fn push(mut self, s: &str) -> Self {
+            self.msg = self.msg.push(s);
+            self
+        }
+
+        const fn push_u64(mut self, v: u64) -> Self {
+            self.msg = self.msg.push_u64(v);
+            self
+        }
+
+        /// Whether there is a problem.
+        pub const fn found(&self) -> bool {
+            self.found
+        }
+
+        /// The message (empty when there is no problem).
+        pub const fn message(&self) -> &str {
+            self.msg.as_str()
+        }
+    }
+
+    /// `extra[i]` in the table `table` of `platform`, which extends `base` (the entries of
+    /// the table named `base_name`, or none): a kernel of another platform, a priority of 0,
+    /// a kernel already in the table (in `base` or earlier in `extra`), or a priority an
+    /// earlier kernel has.
+    pub const fn entry_problem(
+        table: &str,
+        platform: Platform,
+        base_name: &str,
+        base: &[KernelEntry],
+        extra: &[KernelEntry],
+        i: usize,
+    ) -> Problem {
+        let e = &extra[i];
+        if !e.platform.same(platform) {
+            return Problem::table(table)
+                .push("kernel `")
+                .push(e.name)
+                .push("` is a ")
+                .push(e.platform.name())
+                .push(" kernel, but the table is for ")
+                .push(platform.name());
+        }
+        if e.priority == 0 {
+            return Problem::table(table)
+                .push("kernel `")
+                .push(e.name)
+                .push("` has priority 0; priorities start at 1");
+        }
+        let mut j = 0;
+        while j < base.len() + i {
+            let in_base = j < base.len();
+            let other = if in_base {
+                &base[j]
+            } else {
+                &extra[j - base.len()]
+            };
+            if str_eq(other.name, e.name) {
+                let p = Problem::table(table).push("kernel `").push(e.name);
+                return if in_base {
+                    p.push("` is already in `")
+                        .push(base_name)
+                        .push("`, the table this one extends")
+                } else {
+                    p.push("` is listed twice")
+                };
+            }
+            if other.priority == e.priority {
+                let mut p = Problem::table(table).push("kernels `").push(other.name);
+                if in_base {
+                    p = p.push("` (from `").push(base_name).push("`)");
+                } else {
+                    p = p.push("`");
+                }
+                return p
+                    .push(" and `")
+                    .push(e.name)
+                    .push("` both have priority ")
+                    .push_u64(e.priority as u64)
+                    .push(
+                        "; give each kernel its own priority \
+                         (`Kernel => priority` overrides one in the table)",
+                    );
+            }
+            j += 1;
+        }
+        Problem::none()
+    }
+
+    /// The table `base` that `table` (of `platform` and `family`) extends: of another
+    /// platform or family, or itself invalid (a hand-built `Table` with a kernel of another
+    /// platform, a priority of 0, a kernel twice or two kernels of one priority).
+    pub const fn base_problem(
+        table: &str,
+        platform: Platform,
+        family: Family,
+        base: &Table,
+    ) -> Problem {
+        if !base.platform.same(platform) || !base.family.same(family) {
+            return Problem::table(table)
+                .push("extends `")
+                .push(base.name)
+                .push("`, a ")
+                .push(base.platform.name())
+                .push(" ")
+                .push(base.family.name())
+                .push(" table, but `")
+                .push(table)
+                .push("` is a ")
+                .push(platform.name())
+                .push(" ")
+                .push(family.name())
+                .push(" table");
+        }
         let mut i = 0;
-        while i < e.len() {
-            if !e[i].platform.same(table.platform) {
-                let mut m = Msg::new();
-                m.push("fp8_table! `");
-                m.push(table.name);
-                m.push("`: kernel `");
-                m.push(e[i].name);
-                m.push("` is a ");
-                m.push(e[i].platform.name());
-                m.push(" kernel, but the table is for ");
-                m.push(table.platform.name());
-                m.fail();
-            }
-            if e[i].priority == 0 {
-                let mut m = Msg::new();
-                m.push("fp8_table! `");
-                m.push(table.name);
-                m.push("`: kernel `");
-                m.push(e[i].name);
-                m.push("` has priority 0; priorities start at 1");
-                m.fail();
-            }
-            let mut j = i + 1;
-            while j < e.len() {
-                if str_eq(e[i].name, e[j].name) {
-                    let mut m = Msg::new();
-                    m.push("fp8_table! `");
-                    m.push(table.name);
-                    m.push("`: kernel `");
-                    m.push(e[i].name);
-                    m.push("` is listed twice");
-                    m.fail();
-                }
-                if e[i].priority == e[j].priority {
-                    let mut m = Msg::new();
-                    m.push("fp8_table! `");
-                    m.push(table.name);
-                    m.push("`: kernels `");
-                    m.push(e[i].name);
-                    m.push("` and `");
-                    m.push(e[j].name);
-                    m.push("` both have priority ");
-                    m.push_u64(e[i].priority as u64);
-                    m.push("; give each kernel its own priority (`Kernel => priority` overrides one in the table)");
-                    m.fail();
-                }
-                j += 1;
+        while i < base.entries.len() {
+            let p = entry_problem(base.name, base.platform, "", &[], base.entries, i);
+            if p.found() {
+                return p;
             }
             i += 1;
         }
+        Problem::none()
     }
 
     const fn str_eq(a: &str, b: &str) -> bool {
@@ -200,7 +291,8 @@ pub mod build {
         true
     }
 
-    /// A fixed-capacity message buffer for const panics.
+    /// A fixed-capacity message buffer for const panics (longer messages are cut).
+    #[derive(Copy, Clone)]
     struct Msg {
         buf: [u8; 512],
         len: usize,
@@ -214,7 +306,7 @@ pub mod build {
             }
         }
 
-        const fn push(&mut self, s: &str) {
+        const fn push(mut self, s: &str) -> Self {
             let b = s.as_bytes();
             let mut i = 0;
             while i < b.len() && self.len < self.buf.len() {
@@ -222,9 +314,10 @@ pub mod build {
                 self.len += 1;
                 i += 1;
             }
+            self
         }
 
-        const fn push_u64(&mut self, mut v: u64) {
+        const fn push_u64(mut self, mut v: u64) -> Self {
             let mut digits = [0u8; 20];
             let mut n = 0;
             loop {
@@ -240,14 +333,147 @@ pub mod build {
                 self.buf[self.len] = digits[n];
                 self.len += 1;
             }
+            self
         }
 
-        const fn fail(&self) -> ! {
+        const fn as_str(&self) -> &str {
             let (bytes, _) = self.buf.split_at(self.len);
             match core::str::from_utf8(bytes) {
-                Ok(s) => panic!("{}", s),
-                Err(_) => panic!("invalid fp8 kernel table"),
+                Ok(s) => s,
+                // A message cut inside a multi-byte character: up to that character.
+                Err(e) => match core::str::from_utf8(bytes.split_at(e.valid_up_to()).0) {
+                    Ok(s) => s,
+                    Err(_) => "invalid fp8 kernel table",
+                },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build::{base_problem, concat, entry_problem, sort};
+    use super::*;
+
+    fn never(_: &crate::config::LayerConfig) -> Result<(), crate::kernel::Unsupported> {
+        Err(crate::kernel::Unsupported::new("test entry"))
+    }
+
+    fn no_build(
+        _: &crate::build_ctx::BuildCtx<'_>,
+    ) -> Result<Box<dyn crate::kernel::Fp8Kernel>, crate::error::KernelError> {
+        Err(crate::error::KernelError::backend("test", "test entry"))
+    }
+
+    const fn entry(name: &'static str, platform: Platform, priority: u16) -> KernelEntry {
+        KernelEntry {
+            name,
+            platform,
+            priority,
+            arch: crate::arch::ArchSpec::Any,
+            force_arch: None,
+            backend: "test",
+            params: &[],
+            numerics: crate::numerics::Numerics::Layer,
+            can_implement: never,
+            construct: no_build,
+        }
+    }
+
+    const BASE: &[KernelEntry] = &[entry("A", Platform::Cpu, 1), entry("B", Platform::Cpu, 5)];
+    const BASE_TABLE: Table = Table {
+        name: "BASE",
+        platform: Platform::Cpu,
+        family: Family::BlockScaled,
+        entries: BASE,
+    };
+
+    fn problem(extra: &[KernelEntry], i: usize) -> String {
+        let p = entry_problem("T", Platform::Cpu, "BASE", BASE, extra, i);
+        assert_eq!(p.found(), !p.message().is_empty());
+        p.message().to_string()
+    }
+
+    #[test]
+    fn entry_problems_name_the_table_and_kernels() {
+        let extra = [
+            entry("C", Platform::Cpu, 2),
+            entry("G", Platform::Cuda, 3),
+            entry("Z", Platform::Cpu, 0),
+            entry("A", Platform::Cpu, 7),
+            entry("D", Platform::Cpu, 5),
+            entry("E", Platform::Cpu, 2),
+            entry("C", Platform::Cpu, 9),
+        ];
+        assert_eq!(problem(&extra, 0), "");
+        assert_eq!(
+            problem(&extra, 1),
+            "fp8_table! `T`: kernel `G` is a cuda kernel, but the table is for cpu"
+        );
+        assert_eq!(
+            problem(&extra, 2),
+            "fp8_table! `T`: kernel `Z` has priority 0; priorities start at 1"
+        );
+        assert_eq!(
+            problem(&extra, 3),
+            "fp8_table! `T`: kernel `A` is already in `BASE`, the table this one extends"
+        );
+        assert_eq!(
+            problem(&extra, 4),
+            "fp8_table! `T`: kernels `B` (from `BASE`) and `D` both have priority 5; give each \
+             kernel its own priority (`Kernel => priority` overrides one in the table)"
+        );
+        assert!(problem(&extra, 5)
+            .starts_with("fp8_table! `T`: kernels `C` and `E` both have priority 2;"));
+        assert_eq!(
+            problem(&extra, 6),
+            "fp8_table! `T`: kernel `C` is listed twice"
+        );
+    }
+
+    #[test]
+    fn base_problems() {
+        let ok = base_problem("T", Platform::Cpu, Family::BlockScaled, &BASE_TABLE);
+        assert!(!ok.found());
+        let p = base_problem("T", Platform::Cuda, Family::BlockScaled, &BASE_TABLE);
+        assert_eq!(
+            p.message(),
+            "fp8_table! `T`: extends `BASE`, a cpu block-scaled table, but `T` is a cuda \
+             block-scaled table"
+        );
+        let p = base_problem("T", Platform::Cpu, Family::Scaled, &BASE_TABLE);
+        assert!(p.found());
+        const BAD: &[KernelEntry] = &[entry("A", Platform::Cpu, 1), entry("B", Platform::Cpu, 1)];
+        let hand_made = Table {
+            entries: BAD,
+            ..BASE_TABLE
+        };
+        let p = base_problem("T", Platform::Cpu, Family::BlockScaled, &hand_made);
+        assert!(p
+            .message()
+            .starts_with("fp8_table! `BASE`: kernels `A` and `B` both have priority 1"));
+    }
+
+    #[test]
+    fn long_messages_are_cut_not_broken() {
+        let name: &'static str = Box::leak("K".repeat(600).into_boxed_str());
+        let extra = [entry(name, Platform::Cuda, 1)];
+        let m = problem(&extra, 0);
+        assert_eq!(m.len(), 512);
+        let name: &'static str = Box::leak(format!("x{}", "é".repeat(300)).into_boxed_str());
+        let extra = [entry(name, Platform::Cuda, 1)];
+        let m = problem(&extra, 0);
+        assert_eq!(m.len(), 511);
+        assert!(m.ends_with('é'));
+    }
+
+    #[test]
+    fn sorted_by_priority_stably() {
+        const ALL: [KernelEntry; 4] = sort(concat::<4>(
+            BASE,
+            &[entry("C", Platform::Cpu, 3), entry("D", Platform::Cpu, 1)],
+        ));
+        let names: Vec<&str> = ALL.iter().map(|e| e.name).collect();
+        assert_eq!(names, ["A", "D", "C", "B"]);
     }
 }

@@ -134,12 +134,16 @@ pub struct TensorMut<'a> {
     pub strides: [usize; 2],
 }
 
-/// Elements a view with this shape and these strides reaches (0 for an empty shape).
-fn span(shape: [usize; 2], strides: [usize; 2]) -> usize {
+/// Elements a view with this shape and these strides reaches (0 for an empty shape); None
+/// when that count does not fit in a `usize`.
+fn span(shape: [usize; 2], strides: [usize; 2]) -> Option<usize> {
     if shape[0] == 0 || shape[1] == 0 {
-        0
+        Some(0)
     } else {
-        (shape[0] - 1) * strides[0] + (shape[1] - 1) * strides[1] + 1
+        (shape[0] - 1)
+            .checked_mul(strides[0])?
+            .checked_add((shape[1] - 1).checked_mul(strides[1])?)?
+            .checked_add(1)
     }
 }
 
@@ -258,7 +262,8 @@ fn check_layout(
     contiguous: bool,
 ) -> Result<(), KernelError> {
     if contiguous
-        && shape[0] * shape[1] > 0
+        && shape[0] > 0
+        && shape[1] > 0
         && strides != [shape[1], 1]
         && !(shape[0] == 1 && strides[1] == 1)
     {
@@ -268,7 +273,14 @@ fn check_layout(
             strides,
         });
     }
-    let needed = span(shape, strides);
+    let Some(needed) = span(shape, strides) else {
+        return Err(KernelError::TooLarge {
+            what,
+            detail: format!(
+                "shape {shape:?} with strides {strides:?} spans more than 2^64 elements"
+            ),
+        });
+    };
     if needed > len {
         return Err(KernelError::BufferTooSmall { what, needed, len });
     }
@@ -360,5 +372,10 @@ mod tests {
             Err(KernelError::NonContiguous { .. })
         ));
         assert!(t.check_shape("x", [5, 2]).is_err());
+        let huge = Tensor::f32(&v, [usize::MAX / 2, usize::MAX / 2]);
+        assert!(matches!(
+            huge.check_contiguous("x"),
+            Err(KernelError::TooLarge { what: "x", .. })
+        ));
     }
 }

@@ -1,5 +1,5 @@
 //! Measured, shape-aware selection: a small file of autotune winners per (device, layer
-//! family, N, K, M bucket) that [`select_tuned`](crate::select::select_tuned) consults before
+//! family, N, K, M bucket) that [`Table::select_tuned`](crate::Table::select_tuned) consults before
 //! the static priority order.
 //!
 //! The file is plain text, one winner per line, seven tab-separated fields: device key

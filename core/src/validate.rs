@@ -6,7 +6,7 @@ use crate::dtype::DType;
 use crate::error::KernelError;
 use crate::kernel::Unsupported;
 use crate::quant::GroupShape;
-use crate::tensor::{Storage, LayerWeights, Tensor, TensorMut};
+use crate::tensor::{LayerWeights, Storage, Tensor, TensorMut};
 
 /// Rejects layer configs no kernel can run: zero-sized N or K, a non-FP8-representable
 /// group size of 0.

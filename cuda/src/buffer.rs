@@ -101,10 +101,7 @@ impl<T: Element> DeviceBuffer<T> {
         let n = self.slice.num_bytes();
         let (ptr, _guard) = self.slice.device_ptr(self.gpu.stream());
         // SAFETY: ptr covers n bytes of this live allocation; ordered on the buffer's stream.
-        unsafe {
-            cudarc::driver::result::memset_d8_async(ptr, byte, n, self.gpu.stream().cu_stream())
-        }
-        .map_err(|e| CudaError::driver("memset", e))
+        unsafe { self.gpu.memset_async(ptr, byte, n) }
     }
 
     /// Number of elements.

@@ -1,4 +1,4 @@
-//! The on-disk cache of compiled modules: one cubin per (source hash, arch, options, NVRTC
+//! The on-disk cache of compiled modules: one cubin (or PTX) per (source hash, arch, options, NVRTC
 //! version), in `$FP8_LINEAR_CACHE_DIR`, `$XDG_CACHE_HOME/fp8-linear` or
 //! `~/.cache/fp8-linear`. Writers write a temporary file and rename it into place, so
 //! concurrent first use from several threads or processes never exposes a partial file.
@@ -43,7 +43,8 @@ pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
 pub struct CacheKey {
     /// The hash.
     pub hash: u64,
-    /// The file name (`<module>-<arch>-<hash>.cubin`).
+    /// The file name (`<module>-<arch>-<hash>.cubin`, or `.ptx` for a virtual `compute_XY`
+    /// arch).
     pub file_name: String,
 }
 
@@ -74,9 +75,14 @@ impl CacheKey {
                 }
             })
             .collect();
+        let ext = if arch.starts_with("compute_") {
+            "ptx"
+        } else {
+            "cubin"
+        };
         CacheKey {
             hash,
-            file_name: format!("{safe}-{arch}-{hash:016x}.cubin"),
+            file_name: format!("{safe}-{arch}-{hash:016x}.{ext}"),
         }
     }
 }
@@ -142,6 +148,9 @@ mod tests {
         assert_ne!(a, CacheKey::new("m", "src", "sm_90", &[], (13, 1)));
         assert_eq!(a, CacheKey::new("m", "src", "sm_90", &[], (13, 0)));
         assert!(a.file_name.starts_with("m-sm_90-"));
+        assert!(a.file_name.ends_with(".cubin"));
+        let ptx = CacheKey::new("m", "src", "compute_80", &[], (13, 0));
+        assert!(ptx.file_name.ends_with(".ptx"), "{}", ptx.file_name);
     }
 
     #[test]

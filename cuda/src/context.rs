@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaModule, CudaStream};
 use fp8_linear_core::{Capability, Device};
 
@@ -147,6 +148,16 @@ impl Gpu {
     /// The stream as a raw `CUstream` address (for cuBLASLt and raw driver calls).
     pub fn raw_stream(&self) -> u64 {
         self.stream.cu_stream() as u64
+    }
+
+    /// The most dynamic shared memory a block may opt in to on this device, in bytes.
+    pub fn max_shared_memory_per_block(&self) -> Result<u32, CudaError> {
+        let v = self
+            .shared
+            .ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(|e| CudaError::driver("querying the shared memory limit", e))?;
+        Ok(v.max(0) as u32)
     }
 
     /// The loaded modules of the context (shared by every stream's handle).

@@ -1,5 +1,6 @@
 //! Loading kernel modules: from the per-context memory cache, else the disk cache, else a
-//! fresh NVRTC compile for the device's exact arch (which is then stored on disk).
+//! fresh NVRTC compile (which is then stored on disk) — a cubin for the device's exact arch,
+//! or PTX for an older compute capability the caller asks for ([`Gpu::module_for`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -7,11 +8,12 @@ use std::time::Instant;
 
 use cudarc::driver::CudaModule;
 use cudarc::nvrtc::Ptx;
+use fp8_linear_core::Capability;
 
 use crate::cache::{self, CacheKey};
 use crate::context::Gpu;
 use crate::error::CudaError;
-use crate::nvrtc;
+use crate::nvrtc::{self, Output};
 
 /// A CUDA C module to compile at run time.
 #[derive(Clone, Debug)]
@@ -44,6 +46,48 @@ impl ModuleSpec {
     pub fn option(mut self, o: impl Into<String>) -> Self {
         self.options.push(o.into());
         self
+    }
+
+    /// Adds NVRTC options.
+    pub fn with_options(mut self, o: impl IntoIterator<Item = String>) -> Self {
+        self.options.extend(o);
+        self
+    }
+
+    /// Compiles for the arch-specific target (`sm_90a`) instead of `sm_90`.
+    pub fn arch_specific(mut self) -> Self {
+        self.arch_specific = true;
+        self
+    }
+
+    /// Every NVRTC option of the module besides the target: the base options every module
+    /// gets, then its own.
+    pub fn nvrtc_options(&self) -> Vec<String> {
+        let mut options: Vec<String> = BASE_OPTIONS.iter().map(|s| s.to_string()).collect();
+        options.extend(self.options.iter().cloned());
+        options
+    }
+
+    /// Compiles the module to a cubin for `arch` (`sm_89`, `sm_90a`) without a device.
+    pub fn compile_cubin(&self, arch: &str) -> Result<Vec<u8>, CudaError> {
+        self.compile(arch, Output::Cubin)
+    }
+
+    fn compile(&self, arch: &str, output: Output) -> Result<Vec<u8>, CudaError> {
+        let incs = if self.needs_headers {
+            nvrtc::cuda_include_dirs()
+        } else {
+            Vec::new()
+        };
+        let inc_refs: Vec<&Path> = incs.iter().map(|p| p.as_path()).collect();
+        nvrtc::compile(
+            self.name,
+            self.source,
+            arch,
+            &self.nvrtc_options(),
+            &inc_refs,
+            output,
+        )
     }
 }
 
@@ -87,15 +131,53 @@ impl Gpu {
         )
     }
 
-    /// Loads a module: memory cache, then disk cache, then NVRTC. Returns the module and
-    /// how it was obtained.
+    /// Loads a module for the device's exact arch: memory cache, then disk cache, then
+    /// NVRTC. Returns the module and how it was obtained.
     pub fn module(&self, spec: &ModuleSpec) -> Result<(Arc<CudaModule>, LoadStats), CudaError> {
+        self.load(spec, self.target(spec), Output::Cubin)
+    }
+
+    /// Loads a module compiled for `target`, an older compute capability than the device's
+    /// (8.0 on an H200, to run the code an A100 runs): NVRTC emits PTX for `compute_XY` and
+    /// the driver compiles it for the device at load; cached like cubins. `None`, or the
+    /// device's own capability, is [`Gpu::module`]. A newer capability than the device's is
+    /// [`CudaError::IncompatibleTarget`].
+    pub fn module_for(
+        &self,
+        spec: &ModuleSpec,
+        target: Option<Capability>,
+    ) -> Result<(Arc<CudaModule>, LoadStats), CudaError> {
+        let device = self.capability();
+        match target {
+            Some(cap) if cap != device => {
+                if !device.at_least(cap) {
+                    return Err(CudaError::IncompatibleTarget {
+                        target: cap,
+                        device,
+                    });
+                }
+                let arch = format!("compute_{}{}", cap.major, cap.minor);
+                self.load(spec, arch, Output::Ptx)
+            }
+            _ => self.module(spec),
+        }
+    }
+
+    fn load(
+        &self,
+        spec: &ModuleSpec,
+        arch: String,
+        output: Output,
+    ) -> Result<(Arc<CudaModule>, LoadStats), CudaError> {
         let t0 = Instant::now();
-        let arch = self.target(spec);
-        let mut options: Vec<String> = BASE_OPTIONS.iter().map(|s| s.to_string()).collect();
-        options.extend(spec.options.iter().cloned());
         let nvrtc_ver = nvrtc::version()?;
-        let key = CacheKey::new(spec.name, spec.source, &arch, &options, nvrtc_ver);
+        let key = CacheKey::new(
+            spec.name,
+            spec.source,
+            &arch,
+            &spec.nvrtc_options(),
+            nvrtc_ver,
+        );
         let stats = |source| {
             let st = LoadStats {
                 source,
@@ -120,7 +202,7 @@ impl Gpu {
         let dir = cache::cache_dir();
         if let Some(dir) = &dir {
             if let Some(bytes) = cache::load(dir, &key) {
-                match self.load_cubin(bytes) {
+                match self.load_image(bytes, output) {
                     Ok(m) => {
                         self.remember(key, &m);
                         return Ok((m, stats(LoadSource::Disk)));
@@ -130,31 +212,25 @@ impl Gpu {
                 }
             }
         }
-        let incs = if spec.needs_headers {
-            nvrtc::cuda_include_dirs()
-        } else {
-            Vec::new()
-        };
-        let inc_refs: Vec<&Path> = incs.iter().map(|p| p.as_path()).collect();
-        let cubin = nvrtc::compile_cubin(spec.name, spec.source, &arch, &options, &inc_refs)?;
+        let image = spec.compile(&arch, output)?;
         if let Some(dir) = &dir {
             // The cache is an optimisation: failing to write it is not an error.
-            let _ = cache::store(dir, &key, &cubin);
+            let _ = cache::store(dir, &key, &image);
         }
-        let m = self.load_cubin(cubin).map_err(|e| match e {
-            CudaError::Driver { context, error } => CudaError::Driver {
-                context: format!("loading module {} for {arch}: {context}", spec.name),
-                error,
-            },
-            other => other,
-        })?;
+        let m = self
+            .load_image(image, output)
+            .map_err(|e| e.within(format_args!("loading module {} for {arch}", spec.name)))?;
         self.remember(key, &m);
         Ok((m, stats(LoadSource::Compiled)))
     }
 
-    fn load_cubin(&self, cubin: Vec<u8>) -> Result<Arc<CudaModule>, CudaError> {
+    /// Loads a cubin, or NUL-terminated PTX (the driver reads PTX up to its NUL).
+    fn load_image(&self, mut image: Vec<u8>, output: Output) -> Result<Arc<CudaModule>, CudaError> {
+        if output == Output::Ptx && image.last() != Some(&0) {
+            image.push(0);
+        }
         self.context()
-            .load_module(Ptx::from_binary(cubin))
+            .load_module(Ptx::from_binary(image))
             .map_err(|e| CudaError::driver("cuModuleLoadData", e))
     }
 
@@ -168,6 +244,9 @@ impl Gpu {
     /// Forgets the in-memory modules (the next load comes from disk); for cache tests and
     /// benchmarks of load time.
     pub fn forget_modules(&self) {
-        self.modules().lock().expect("module cache poisoned").clear();
+        self.modules()
+            .lock()
+            .expect("module cache poisoned")
+            .clear();
     }
 }

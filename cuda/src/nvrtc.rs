@@ -4,6 +4,7 @@
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
 
+use cudarc::nvrtc::result::NvrtcError;
 use cudarc::nvrtc::{result, sys};
 
 use crate::error::CudaError;
@@ -16,12 +17,7 @@ pub fn version() -> Result<(i32, i32), CudaError> {
     // SAFETY: both pointers are valid for writes.
     unsafe { sys::nvrtcVersion(&mut major, &mut minor) }
         .result()
-        .map_err(|e| CudaError::Nvrtc {
-            module: "nvrtcVersion".into(),
-            arch: String::new(),
-            error: format!("{:?}", e.0),
-            log: String::new(),
-        })?;
+        .map_err(|error| CudaError::NvrtcVersion { error })?;
     Ok((major, minor))
 }
 
@@ -74,8 +70,18 @@ fn log_of(prog: &Program) -> String {
                 .collect();
             String::from_utf8_lossy(&bytes).trim().to_string()
         }
-        Err(e) => format!("(no log: {e:?})"),
+        Err(e) => format!("(no log: nvrtcGetProgramLog returned {:?})", e.0),
     }
+}
+
+/// What NVRTC is asked to produce.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Machine code for a real target (`sm_90a`, `sm_89`).
+    Cubin,
+    /// PTX for a virtual target (`compute_80`), NUL-terminated, compiled for the device by
+    /// the driver at load.
+    Ptx,
 }
 
 /// Compiles `source` for `arch` (`sm_90a`, `sm_89`) with the extra `options`, returning the
@@ -87,19 +93,35 @@ pub fn compile_cubin(
     options: &[String],
     include_dirs: &[&Path],
 ) -> Result<Vec<u8>, CudaError> {
+    compile(module, source, arch, options, include_dirs, Output::Cubin)
+}
+
+/// Compiles `source` to `output` for `arch` (a real target for a cubin, a virtual
+/// `compute_XY` target for PTX) with the extra `options`. The error carries the module name,
+/// the arch, the failed call and NVRTC's log.
+pub fn compile(
+    module: &str,
+    source: &str,
+    arch: &str,
+    options: &[String],
+    include_dirs: &[&Path],
+    output: Output,
+) -> Result<Vec<u8>, CudaError> {
     probe::nvrtc()?;
-    let err = |error: String, log: String| CudaError::Nvrtc {
+    let err = |call: &'static str, error: NvrtcError, log: String| CudaError::Nvrtc {
         module: module.to_string(),
         arch: arch.to_string(),
+        call,
         error,
         log,
     };
-    let src =
-        CString::new(source).map_err(|_| err("source holds a NUL byte".into(), String::new()))?;
-    let name = CString::new(format!("{module}.cu")).expect("module names hold no NUL");
+    let invalid = |what: &str| CudaError::InvalidArgument(format!("NVRTC module {module}: {what}"));
+    let src = CString::new(source).map_err(|_| invalid("the source holds a NUL byte"))?;
+    let name =
+        CString::new(format!("{module}.cu")).map_err(|_| invalid("the name holds a NUL byte"))?;
     let prog = Program(
         result::create_program(&src, Some(&name))
-            .map_err(|e| err(format!("{:?}", e.0), String::new()))?,
+            .map_err(|e| err("nvrtcCreateProgram", e, String::new()))?,
     );
     let mut opts: Vec<String> = vec![format!("--gpu-architecture={arch}")];
     opts.extend(options.iter().cloned());
@@ -107,27 +129,41 @@ pub fn compile_cubin(
         opts.push(format!("--include-path={}", d.display()));
     }
     if opts.iter().any(|o| o.contains('\0')) {
-        return Err(err("an option holds a NUL byte".into(), String::new()));
+        return Err(invalid("an option holds a NUL byte"));
     }
     // SAFETY: prog is live; options hold no NUL bytes (checked above).
     if let Err(e) = unsafe { result::compile_program(prog.0, &opts) } {
-        return Err(err(format!("{:?}", e.0), log_of(&prog)));
+        return Err(err("nvrtcCompileProgram", e, log_of(&prog)));
     }
+    let (size_call, get_call) = match output {
+        Output::Cubin => ("nvrtcGetCUBINSize", "nvrtcGetCUBIN"),
+        Output::Ptx => ("nvrtcGetPTXSize", "nvrtcGetPTX"),
+    };
     let mut size = 0usize;
     // SAFETY: prog compiled successfully; size is valid for writes.
-    unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) }
-        .result()
-        .map_err(|e| err(format!("nvrtcGetCUBINSize: {:?}", e.0), log_of(&prog)))?;
-    if size == 0 {
-        return Err(err(
-            "NVRTC produced no cubin (a virtual compute_XY target gives PTX only)".into(),
-            log_of(&prog),
-        ));
+    unsafe {
+        match output {
+            Output::Cubin => sys::nvrtcGetCUBINSize(prog.0, &mut size),
+            Output::Ptx => sys::nvrtcGetPTXSize(prog.0, &mut size),
+        }
     }
-    let mut cubin = vec![0u8; size];
+    .result()
+    .map_err(|e| err(size_call, e, log_of(&prog)))?;
+    if size == 0 {
+        return Err(invalid(&format!(
+            "NVRTC produced no {output:?} for {arch} (a virtual compute_XY target gives PTX only)"
+        )));
+    }
+    let mut code = vec![0u8; size];
     // SAFETY: the buffer holds `size` bytes, as NVRTC reported.
-    unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut c_char) }
-        .result()
-        .map_err(|e| err(format!("nvrtcGetCUBIN: {:?}", e.0), log_of(&prog)))?;
-    Ok(cubin)
+    unsafe {
+        let p = code.as_mut_ptr() as *mut c_char;
+        match output {
+            Output::Cubin => sys::nvrtcGetCUBIN(prog.0, p),
+            Output::Ptx => sys::nvrtcGetPTX(prog.0, p),
+        }
+    }
+    .result()
+    .map_err(|e| err(get_call, e, log_of(&prog)))?;
+    Ok(code)
 }

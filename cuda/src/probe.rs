@@ -27,9 +27,7 @@ pub fn driver() -> Result<(), CudaError> {
                     detail: format!("libcuda not found (searched for {})", searched("cuda")),
                 });
             }
-            cudarc::driver::result::init().map_err(|e| CudaError::NoDevice {
-                detail: format!("cuInit failed: {e:?}"),
-            })
+            cudarc::driver::result::init().map_err(|error| CudaError::Init { error })
         })
         .clone()
 }

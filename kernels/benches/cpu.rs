@@ -10,11 +10,14 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use fp8_linear::cpu::{sgemm_abt, CpuFp8Gemm};
 use fp8_linear::fp8::f32_to_e4m3;
-use fp8_linear::{DType, LayerConfig, LayerWeights, Linear, Registered, Tensor, TensorMut};
+use fp8_linear::{
+    DType, KernelOptions, LayerConfig, LayerWeights, Linear, Registered, Target, Tensor, TensorMut,
+};
 use rand::Rng;
 
 fn bench_cpu(c: &mut Criterion) {
     let mut rng = rand::rng();
+    let target = Target::cpu();
     let mut g = c.benchmark_group("cpu-block-fp8");
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(500))
@@ -45,7 +48,14 @@ fn bench_cpu(c: &mut Criterion) {
             input_scale_ub: None,
             bias: None,
         };
-        let mut lin = Linear::with_entry(&CpuFp8Gemm::ENTRY, &cfg, &weights).unwrap();
+        let mut lin = Linear::with_entry(
+            &CpuFp8Gemm::ENTRY,
+            &target,
+            &cfg,
+            &weights,
+            &KernelOptions::none(),
+        )
+        .unwrap();
         g.bench_function(BenchmarkId::new("CpuFp8Gemm", &id), |b| {
             b.iter(|| {
                 lin.forward(

@@ -16,7 +16,9 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{ActQuant, ScaleOrder};
 use fp8_linear::tables::{CUDA_BLOCK, CUDA_SCALED};
-use fp8_linear::{DType, Fp8Kernel, KernelEntry, LayerConfig, LayerWeights, Tensor};
+use fp8_linear::{
+    DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Target, Tensor,
+};
 use half::bf16;
 use rand::{Rng, RngCore};
 
@@ -138,6 +140,8 @@ fn bench_gemms(
     results: &mut Results,
 ) {
     let gpu = bench.gpu.clone();
+    let target = Target::from_gpu(gpu.clone());
+    let options = KernelOptions::none();
     let max_m = *MS.iter().max().unwrap();
     let mut rng = rand::rng();
     for &(n, k) in shapes {
@@ -154,7 +158,8 @@ fn bench_gemms(
             .warm_up_time(Duration::from_millis(20))
             .measurement_time(Duration::from_millis(100));
         for (entry, cfg) in candidates(&gpu, n, k) {
-            let mut kernel: Box<dyn Fp8Kernel> = match entry.build(&cfg).and_then(|mut kr| {
+            let ctx = target.build_ctx(&cfg, &options);
+            let mut kernel: Box<dyn Fp8Kernel> = match entry.build(&ctx).and_then(|mut kr| {
                 kr.process_weights(&weights_for(&cfg, &codes, &scales, &one))?;
                 Ok(kr)
             }) {
@@ -227,7 +232,6 @@ fn bench_quant(c: &mut Criterion, bench: &mut Bench) -> Vec<(usize, usize, f64, 
                             k,
                             scales.ptr(),
                             ScaleOrder::RowMajor,
-                            0,
                         )
                     }
                     .expect("quant launch");
@@ -329,7 +333,7 @@ fn print_summary(
 }
 
 fn main() {
-    let gpu = match runtime::probe::nvrtc().and_then(|_| runtime::gpu(0)) {
+    let gpu = match runtime::probe::nvrtc().and_then(|_| Gpu::open(0)) {
         Ok(g) => g,
         Err(e) => {
             println!("skipped: no CUDA device ({e})");

@@ -4,7 +4,7 @@
 //! quantization included), median of the samples. Before every timed call a kernel reads a
 //! 256 MiB buffer: it evicts L2 without leaving dirty lines, and keeps the GPU busy while
 //! `apply` is enqueued, so the events time device work alone. "Hopper-s1" is the same kernel
-//! with K splitting off (`FP8_HOPPER_MAX_SPLITS=1`). Also checks the Hopper output against
+//! with K splitting off (`KernelOptions::max_splits(1)`). Also checks the Hopper output against
 //! cuBLASLt's on every point (relative Frobenius difference). Prints "skipped" and exits 0
 //! without an sm_90 GPU; a compact summary table comes last.
 //!
@@ -16,7 +16,10 @@ use std::sync::Arc;
 use fp8_linear::cuda::runtime::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu, ModuleSpec};
 use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8, PortableBlockFp8};
-use fp8_linear::{DType, Fp8Kernel, KernelEntry, LayerConfig, LayerWeights, Registered, Tensor};
+use fp8_linear::{
+    DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Registered, Target,
+    Tensor,
+};
 use half::bf16;
 use rand::{Rng, RngCore};
 
@@ -29,11 +32,11 @@ const SHAPES: [(usize, usize); 6] = [
     (7168, 16384),
     (18432, 7168),
 ];
-/// (label, kernel, FP8_HOPPER_MAX_SPLITS while it is built)
-const KERNELS: [(&str, &KernelEntry, Option<&str>); 4] = [
+/// (label, kernel, the build options' `max_splits`)
+const KERNELS: [(&str, &KernelEntry, Option<u16>); 4] = [
     ("LtBlk", &CublasLtBlockFp8::ENTRY, None),
     ("Hopper", &HopperBlockFp8::ENTRY, None),
-    ("Hopper-s1", &HopperBlockFp8::ENTRY, Some("1")),
+    ("Hopper-s1", &HopperBlockFp8::ENTRY, Some(1)),
     ("Portable", &PortableBlockFp8::ENTRY, None),
 ];
 const WARMUP: usize = 3;
@@ -149,7 +152,7 @@ fn rel_diff(a: &[bf16], b: &[bf16]) -> f64 {
 }
 
 fn main() {
-    let gpu = match runtime::probe::nvrtc().and_then(|_| runtime::gpu(0)) {
+    let gpu = match runtime::probe::nvrtc().and_then(|_| Gpu::open(0)) {
         Ok(g) => g,
         Err(e) => {
             println!("skipped: no CUDA device ({e})");
@@ -165,6 +168,7 @@ fn main() {
     let shapes = if quick { &SHAPES[..2] } else { &SHAPES[..] };
     let timer = EventTimer::new(&gpu).expect("events");
     let flush = Flush::new(&gpu);
+    let target = Target::from_gpu(gpu.clone());
     // (kernel, n, k, m) -> us; (n, k, m) -> Hopper vs cuBLASLt difference.
     let mut us: BTreeMap<(&str, usize, usize, usize), f64> = BTreeMap::new();
     let mut diff: BTreeMap<(usize, usize, usize), f64> = BTreeMap::new();
@@ -189,14 +193,16 @@ fn main() {
             bias: None,
         };
         for (label, entry, max_splits) in KERNELS {
-            if let Some(v) = max_splits {
-                std::env::set_var("FP8_HOPPER_MAX_SPLITS", v);
-            }
-            let built = entry.build(&cfg).and_then(|mut kr| {
-                kr.process_weights(&weights)?;
-                Ok(kr)
-            });
-            std::env::remove_var("FP8_HOPPER_MAX_SPLITS");
+            let options = KernelOptions {
+                max_splits,
+                ..KernelOptions::none()
+            };
+            let built = entry
+                .build(&target.build_ctx(&cfg, &options))
+                .and_then(|mut kr| {
+                    kr.process_weights(&weights)?;
+                    Ok(kr)
+                });
             let mut kernel = match built {
                 Ok(kr) => kr,
                 Err(e) => {

@@ -17,7 +17,10 @@ use fp8_linear::cuda::runtime::cudarc;
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{CublasLtBlockFp8, MarlinFp8, PortableBlockFp8};
 use fp8_linear::fp8::e4m3_to_f32;
-use fp8_linear::{DType, Fp8Kernel, KernelEntry, LayerConfig, LayerWeights, Registered, Tensor};
+use fp8_linear::{
+    DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Registered, Target,
+    Tensor,
+};
 use half::bf16;
 use rand::{Rng, RngCore};
 
@@ -148,6 +151,7 @@ fn random_codes(len: usize) -> Vec<u8> {
 }
 
 fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
+    let (target, options) = (Target::from_gpu(gpu.clone()), KernelOptions::none());
     let mut rng = rand::rng();
     let mut flush = Flush::new(gpu);
     let blas = CudaBlasLT::new(gpu.stream().clone()).expect("cuBLASLt");
@@ -157,6 +161,7 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
         .measurement_time(Duration::from_millis(150));
     for (n, k) in SHAPES {
         let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+        let ctx = target.build_ctx(&cfg, &options);
         let codes = random_codes(n * k);
         let (nb, kb) = (n.div_ceil(128), k.div_ceil(128));
         let scales: Vec<f32> = (0..nb * kb)
@@ -169,14 +174,14 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
             input_scale_ub: None,
             bias: None,
         };
-        let mut marlin = MarlinFp8::new(&cfg, MarlinFp8::LAYER_PARAMS).unwrap();
+        let mut marlin = MarlinFp8::new(&ctx, MarlinFp8::LAYER_PARAMS).unwrap();
         marlin.process_weights(&weights).unwrap();
         // The FP8 W8A8 kernels this GPU can run for this layer.
         let mut fp8: Vec<(&'static str, Box<dyn Fp8Kernel>)> = Vec::new();
         for e in [&CublasLtBlockFp8::ENTRY, &PortableBlockFp8::ENTRY] as [&'static KernelEntry; 2] {
             if e.arch.matches(Some(gpu.capability())) && (e.can_implement)(&cfg).is_ok() {
                 match e
-                    .build(&cfg)
+                    .build(&ctx)
                     .and_then(|mut kern| kern.process_weights(&weights).map(|_| kern))
                 {
                     Ok(kern) => fp8.push((e.name, kern)),
@@ -265,6 +270,7 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
 /// `MARLIN_PROFILE="m,n,k;m,n,k"`: two Marlin launches per shape and nothing else, for a
 /// profiler (`ncu -k regex:marlin_w8a16 ...`).
 fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
+    let (target, options) = (Target::from_gpu(gpu.clone()), KernelOptions::none());
     for part in spec.split(';').filter(|p| !p.trim().is_empty()) {
         let v: Vec<usize> = part
             .split(',')
@@ -272,6 +278,7 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
             .collect();
         let (m, n, k) = (v[0], v[1], v[2]);
         let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+        let ctx = target.build_ctx(&cfg, &options);
         let codes = random_codes(n * k);
         let scales = vec![1.0f32 / 448.0; n.div_ceil(128) * k.div_ceil(128)];
         let weights = LayerWeights {
@@ -281,7 +288,7 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
             input_scale_ub: None,
             bias: None,
         };
-        let mut marlin = MarlinFp8::new(&cfg, MarlinFp8::LAYER_PARAMS).unwrap();
+        let mut marlin = MarlinFp8::new(&ctx, MarlinFp8::LAYER_PARAMS).unwrap();
         marlin.process_weights(&weights).unwrap();
         let x: Vec<bf16> = (0..m * k)
             .map(|i| bf16::from_f32((i % 7) as f32 - 3.0))
@@ -301,6 +308,7 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
 /// `MARLIN_SWEEP=1`: Marlin under several tunings (pipeline depth, blocks per SM), median
 /// of 20 flushed launches each, one table.
 fn sweep(gpu: &Arc<Gpu>) {
+    let (target, options) = (Target::from_gpu(gpu.clone()), KernelOptions::none());
     let tunings = [
         MarlinPipeline::default(),
         MarlinPipeline {
@@ -325,6 +333,7 @@ fn sweep(gpu: &Arc<Gpu>) {
     println!("sweep: median us per call; tunings {tunings:?}");
     for (n, k) in [(4096, 4096), (7168, 16384), (18432, 7168)] {
         let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+        let ctx = target.build_ctx(&cfg, &options);
         let codes = random_codes(n * k);
         let scales = vec![1.0f32 / 448.0; n.div_ceil(128) * k.div_ceil(128)];
         let weights = LayerWeights {
@@ -336,7 +345,7 @@ fn sweep(gpu: &Arc<Gpu>) {
         };
         let mut rows: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
         for t in &tunings {
-            let mut marlin = MarlinFp8::new(&cfg, MarlinFp8::LAYER_PARAMS).unwrap();
+            let mut marlin = MarlinFp8::new(&ctx, MarlinFp8::LAYER_PARAMS).unwrap();
             marlin.set_tuning(*t).unwrap();
             marlin.process_weights(&weights).unwrap();
             for m in [1, 16, 32, 64] {
@@ -432,9 +441,7 @@ fn summary(bw: f64, gpu: &Gpu) {
 }
 
 fn main() {
-    let gpu = match fp8_linear::cuda::runtime::probe::nvrtc()
-        .and_then(|_| fp8_linear::cuda::runtime::gpu(0))
-    {
+    let gpu = match fp8_linear::cuda::runtime::probe::nvrtc().and_then(|_| Gpu::open(0)) {
         Ok(g) => g,
         Err(e) => {
             println!("skipped: no CUDA device ({e})");

@@ -6,8 +6,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use fp8_linear::tables::CPU_BLOCK;
-use fp8_linear::{select, select_builtin, DType, Device, LayerConfig, Overrides};
+use fp8_linear::tables::{BUILTIN, CPU_BLOCK};
+use fp8_linear::{DType, Device, LayerConfig, Overrides};
 
 fn bench_select(c: &mut Criterion) {
     let layer = LayerConfig::block_128(7168, 2048, DType::Bf16, DType::Bf16);
@@ -15,21 +15,28 @@ fn bench_select(c: &mut Criterion) {
     let none = Overrides::none();
     let mut g = c.benchmark_group("select");
     g.bench_function("success/cpu-first-candidate", |b| {
-        b.iter(|| select_builtin(black_box(&cpu), black_box(&layer), &none).map(|s| s.entry.name))
+        b.iter(|| {
+            BUILTIN
+                .select(black_box(&cpu), black_box(&layer), &none)
+                .map(|s| s.entry.name)
+        })
     });
     let skip_first = Overrides::none().disable("CpuFp8Gemm");
     g.bench_function("success/cpu-after-disabled", |b| {
         b.iter(|| {
-            select(&CPU_BLOCK, black_box(&cpu), black_box(&layer), &skip_first)
+            CPU_BLOCK
+                .select(black_box(&cpu), black_box(&layer), &skip_first)
                 .map(|s| s.entry.name)
         })
     });
     for profile in ["a100", "h200"] {
         let dev = Device::profile(profile).unwrap();
-        if select_builtin(&dev, &layer, &none).is_ok() {
+        if BUILTIN.select(&dev, &layer, &none).is_ok() {
             g.bench_function(format!("success/{profile}-builtin"), |b| {
                 b.iter(|| {
-                    select_builtin(black_box(&dev), black_box(&layer), &none).map(|s| s.entry.name)
+                    BUILTIN
+                        .select(black_box(&dev), black_box(&layer), &none)
+                        .map(|s| s.entry.name)
                 })
             });
         }
@@ -38,7 +45,11 @@ fn bench_select(c: &mut Criterion) {
         .disable("CpuFp8Gemm")
         .disable("CpuReference");
     g.bench_function("all-rejected/cpu", |b| {
-        b.iter(|| select(&CPU_BLOCK, black_box(&cpu), black_box(&layer), &all_off).is_err())
+        b.iter(|| {
+            CPU_BLOCK
+                .select(black_box(&cpu), black_box(&layer), &all_off)
+                .is_err()
+        })
     });
     g.finish();
 }

@@ -92,12 +92,15 @@ impl Linear {
         })
     }
 
-    /// `output = input @ W^T (+ bias)`.
+    /// `output = input @ W^T (+ bias)`. The input `[M, K]` and output `[M, N]` are checked
+    /// against the layer (shapes, dtypes, contiguity, buffer lengths) before the kernel sees
+    /// them.
     pub fn forward(
         &mut self,
         input: &Tensor<'_>,
         output: &mut TensorMut<'_>,
     ) -> Result<(), KernelError> {
+        fp8_linear_core::validate::check_io(&self.config, input, output)?;
         self.kernel.apply(input, output)
     }
 

@@ -2,7 +2,10 @@
 //! the CUDA context and stream (the engine's own, or one opened here) that the layer's
 //! weights are uploaded to and its kernels launch on.
 
-use fp8_linear_core::{BuildCtx, Device, KernelError, KernelOptions, LayerConfig, UnknownProfile};
+use fp8_linear_core::{BuildCtx, Device, KernelOptions, LayerConfig, UnknownProfile};
+
+#[cfg(feature = "cuda")]
+use fp8_linear_core::KernelError;
 
 #[cfg(feature = "cuda")]
 use std::sync::Arc;
@@ -32,7 +35,8 @@ impl Target {
     }
 
     /// A target from a description alone: the CPU, or a profile. A CUDA description builds
-    /// nothing (kernels return [`KernelError::ProfileDevice`] or [`KernelError::NoRuntime`]);
+    /// nothing (kernels return [`KernelError::ProfileDevice`](fp8_linear_core::KernelError::ProfileDevice)
+    /// or [`KernelError::NoRuntime`](fp8_linear_core::KernelError::NoRuntime));
     /// open real GPUs with [`Target::cuda`].
     pub fn describe(device: Device) -> Self {
         Target {

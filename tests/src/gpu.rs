@@ -1,6 +1,6 @@
 //! GPU test helpers: find the GPU or say why there is none (and fail instead when
-//! `FP8_REQUIRE_CUDA=1`), move tensors to and from the device, run a kernel on device
-//! tensors, and compute the f64 reference on a subset of rows for large layers.
+//! `FP8_REQUIRE_CUDA=1`), move tensors and layers to and from the device, run a kernel on
+//! device tensors, and compute the f64 reference on a subset of rows for large layers.
 
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use fp8_linear::{
 };
 use half::{bf16, f16};
 
-use crate::layers::{quantize_groups, random_activations, random_block_weight};
+use crate::layers::HostLayer;
 
 /// Whether the run demands a GPU (`FP8_REQUIRE_CUDA=1`).
 pub fn cuda_required() -> bool {
@@ -226,55 +226,53 @@ pub fn rel_err(got: &[f32], want: &[f64], what: &str) -> f64 {
     reference::rel_frobenius(got, want)
 }
 
-/// One block-scaled layer (128x128 weight blocks, random data, non-uniform scales; weights
-/// on the host or copied to the GPU first) built with `entry`, run on the GPU and checked
-/// against the f64 reference; returns the relative error. Call after `gpu_or_skip`.
-#[allow(clippy::too_many_arguments)]
-pub fn check_block_kernel(
-    entry: &'static KernelEntry,
-    m: usize,
-    n: usize,
-    k: usize,
-    input: DType,
-    out: DType,
-    device_weights: bool,
-) -> f64 {
-    let gpu = gpu_or_skip("check").expect("caller checked");
-    let cfg = LayerConfig::block_128(n, k, input, out);
-    let (w, ws) = random_block_weight(n, k, 5);
-    let scale_shape = [n.div_ceil(128), k.div_ceil(128)];
-    let (dw, dws);
-    let weights = if device_weights {
-        dw = DeviceBuffer::from_host(&gpu, &w).unwrap();
-        dws = DeviceBuffer::from_host(&gpu, &ws).unwrap();
-        LayerWeights {
-            weight: dw.tensor([n, k]),
-            weight_scale: dws.tensor(scale_shape),
-            input_scale: None,
-            input_scale_ub: None,
-            bias: None,
+/// A layer's tensors copied to the GPU: weights that already live on the device, as an
+/// engine that loads checkpoints straight to the GPU hands them over.
+pub struct DeviceLayer {
+    config: LayerConfig,
+    codes: DeviceBuffer<u8>,
+    scales: DeviceBuffer<f32>,
+    input_scale: Option<DeviceBuffer<f32>>,
+    bias: Option<DeviceBuffer<f32>>,
+}
+
+impl DeviceLayer {
+    /// Copies every tensor of `layer` to `gpu` (on its stream).
+    pub fn upload(gpu: &Arc<Gpu>, layer: &HostLayer) -> Result<Self, runtime::CudaError> {
+        Ok(DeviceLayer {
+            config: layer.config,
+            codes: DeviceBuffer::from_host(gpu, &layer.codes)?,
+            scales: DeviceBuffer::from_host(gpu, &layer.scales)?,
+            input_scale: layer
+                .input_scale
+                .map(|s| DeviceBuffer::from_host(gpu, &[s]))
+                .transpose()?,
+            bias: layer
+                .bias
+                .as_ref()
+                .map(|b| DeviceBuffer::from_host(gpu, b))
+                .transpose()?,
+        })
+    }
+
+    /// Device views of the layer's tensors, as `process_weights` takes them.
+    pub fn weights(&self) -> LayerWeights<'_> {
+        let c = &self.config;
+        let mut w = LayerWeights::new(
+            self.codes.tensor([c.n, c.k]),
+            self.scales.tensor(c.weight_scale_shape()),
+        );
+        if let Some(s) = &self.input_scale {
+            w = w.with_input_scale(s.tensor([1, 1]));
         }
-    } else {
-        LayerWeights {
-            weight: Tensor::fp8(&w, [n, k]),
-            weight_scale: Tensor::f32(&ws, scale_shape),
-            input_scale: None,
-            input_scale_ub: None,
-            bias: None,
+        if let Some(b) = &self.bias {
+            w = w.with_bias(b.tensor([1, c.n]));
         }
-    };
-    let mut kernel = build(&gpu, entry, &cfg, &weights).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
-    let x = random_activations(m, k);
-    let (got, exact) =
-        run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
-    let (aq, as_) = quantize_groups(&exact, m, k);
-    let rows = check_rows(m, n, k);
-    let want = block_reference_rows(&aq, &as_, &w, &ws, n, k, &rows);
-    let err = rel_err(&pick_rows(&got, n, &rows), &want, entry.name);
-    eprintln!(
-        "{:>18} M={m:<4} N={n:<5} K={k:<5} {input}->{out} {}: rel err {err:.2e}",
-        entry.name,
-        if device_weights { "device W" } else { "host W" }
-    );
-    err
+        w
+    }
+}
+
+/// The index of the first NaN (an unwritten, still poisoned element, or a real NaN).
+pub fn first_nan(v: &[f32]) -> Option<usize> {
+    v.iter().position(|x| x.is_nan())
 }

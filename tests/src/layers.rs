@@ -1,7 +1,12 @@
-//! Random FP8 layers for tests: fresh data every run, quantized the way checkpoints are.
+//! Random FP8 layers for tests (fresh data every run, quantized the way checkpoints are)
+//! and their f64 reference through the CPU oracle.
 
-use fp8_linear::cpu::quantize;
+use fp8_linear::cpu::{quantize, CpuReference};
 use fp8_linear::fp8::f32_to_e4m3;
+use fp8_linear::{
+    DType, Fp8Kernel, GroupShape, KernelError, LayerConfig, LayerWeights, QuantKey, Tensor,
+    TensorMut,
+};
 use rand::Rng;
 
 /// A random 128x128 block-quantized weight `[n, k]`: FP8 codes and block scales
@@ -36,4 +41,189 @@ pub fn random_activations(m: usize, k: usize) -> Vec<f32> {
 /// The activations quantized per 1x128 group: codes and scales `[m, ceil(k/128)]`.
 pub fn quantize_groups(x: &[f32], m: usize, k: usize) -> (Vec<u8>, Vec<f32>) {
     quantize::per_token_group(x, m, k, 128)
+}
+
+/// How a random layer's weight codes and scales are drawn.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WeightGen {
+    /// Codes over the whole e4m3 range, scales `2^[-spread, spread] * [0.5, 1) / 448`.
+    Spread(i32),
+    /// Scales in `[100, 900)` (far above what f16 holds after a 1/256 rebase: the f32
+    /// channel scale of the Marlin kernel carries them) and small codes (subnormals
+    /// included) so that f16 outputs stay finite.
+    LargeScales,
+}
+
+/// A random layer on the host: everything its config asks for (weight, scales, the static
+/// input scale of a static activation key, the bias of a biased layer).
+#[derive(Clone, Debug)]
+pub struct HostLayer {
+    /// The layer.
+    pub config: LayerConfig,
+    /// FP8 weight codes `[n, k]`.
+    pub codes: Vec<u8>,
+    /// Weight scales, row-major in `config.weight_scale_shape()`.
+    pub scales: Vec<f32>,
+    /// The static activation scale (static activation keys only).
+    pub input_scale: Option<f32>,
+    /// The bias `[n]` (biased layers only).
+    pub bias: Option<Vec<f32>>,
+}
+
+/// The static activation scale random layers get (activations are about 1, with outliers
+/// of 30 that saturate).
+pub const STATIC_INPUT_SCALE: f32 = 0.02;
+
+impl HostLayer {
+    /// A fresh random layer for `config`.
+    pub fn random(config: &LayerConfig, gen: WeightGen) -> Self {
+        let mut rng = rand::rng();
+        let (n, k) = (config.n, config.k);
+        let [sr, sc] = config.weight_scale_shape();
+        let (codes, scales): (Vec<u8>, Vec<f32>) = match gen {
+            WeightGen::Spread(spread) => (
+                (0..n * k)
+                    .map(|_| f32_to_e4m3(rng.random_range(-448.0f32..448.0)))
+                    .collect(),
+                (0..sr * sc)
+                    .map(|_| {
+                        2f32.powi(rng.random_range(-spread..=spread)) * rng.random_range(0.5..1.0)
+                            / 448.0
+                    })
+                    .collect(),
+            ),
+            WeightGen::LargeScales => (
+                (0..n * k)
+                    .map(|_| f32_to_e4m3(rng.random_range(-0.06f32..0.06)))
+                    .collect(),
+                (0..sr * sc)
+                    .map(|_| rng.random_range(100.0f32..900.0))
+                    .collect(),
+            ),
+        };
+        let input_scale = config
+            .activation
+            .filter(|a| !a.dynamic)
+            .map(|_| STATIC_INPUT_SCALE);
+        let bias_scale = match gen {
+            WeightGen::Spread(_) => 5.0,
+            WeightGen::LargeScales => 1000.0,
+        };
+        let bias = config.bias.then(|| {
+            random_activations(1, n)
+                .iter()
+                .map(|v| v * bias_scale)
+                .collect()
+        });
+        HostLayer {
+            config: *config,
+            codes,
+            scales,
+            input_scale,
+            bias,
+        }
+    }
+
+    /// Host views of the layer's tensors, as `process_weights` takes them.
+    pub fn weights(&self) -> LayerWeights<'_> {
+        let c = &self.config;
+        let mut w = LayerWeights::new(
+            Tensor::fp8(&self.codes, [c.n, c.k]),
+            Tensor::f32(&self.scales, c.weight_scale_shape()),
+        );
+        if let Some(s) = &self.input_scale {
+            w = w.with_input_scale(Tensor::f32(std::slice::from_ref(s), [1, 1]));
+        }
+        if let Some(b) = &self.bias {
+            w = w.with_bias(Tensor::f32(b, [1, c.n]));
+        }
+        w
+    }
+}
+
+/// The f64 reference (the CPU oracle, [`CpuReference`]) of `ref_config` on the rows `rows`
+/// of the activations `x` `[m, k]` (f32 values, as the device held them): the layer's
+/// weights, scales and bias, activations quantized per the reference config's key (none
+/// for weight-only numerics). `ref_config` is the checked kernel's
+/// `entry.reference_config(&layer.config)`. Rows are computed in parallel; a dynamic
+/// per-tensor activation scale is taken over all `m` rows first (it depends on every row),
+/// then applied as a static scale. Returns `[rows.len(), n]` row-major.
+pub fn reference_rows(
+    ref_config: &LayerConfig,
+    layer: &HostLayer,
+    x: &[f32],
+    m: usize,
+    rows: &[usize],
+) -> Result<Vec<f64>, KernelError> {
+    let (n, k) = (ref_config.n, ref_config.k);
+    assert_eq!(x.len(), m * k, "activations are [m, k]");
+    let mut cfg = LayerConfig {
+        input_dtype: DType::F32,
+        output_dtype: DType::F32,
+        ..*ref_config
+    };
+    let mut input_scale = layer.input_scale;
+    if let Some(a) = cfg.activation {
+        if a.dynamic && matches!(a.group, GroupShape::PerTensor) {
+            let mut q = vec![0u8; m * k];
+            input_scale = Some(quantize::per_tensor_into(x, None, &mut q));
+            cfg.activation = Some(QuantKey {
+                dynamic: false,
+                ..a
+            });
+        }
+    }
+    let static_act = cfg.activation.is_some_and(|a| !a.dynamic);
+    let input_scale = if static_act {
+        Some(input_scale.expect("a static activation key comes with an input scale"))
+    } else {
+        None
+    };
+    // Each thread dequantizes the whole weight once: at most 8 threads, 2+ rows each.
+    let threads = std::thread::available_parallelism()
+        .map_or(4, |p| p.get())
+        .min(8)
+        .min(rows.len().div_ceil(2))
+        .max(1);
+    let per = rows.len().div_ceil(threads).max(1);
+    let chunks: Vec<&[usize]> = rows.chunks(per).collect();
+    let run = |chunk: &[usize]| -> Result<Vec<f32>, KernelError> {
+        let mut w = LayerWeights::new(
+            Tensor::fp8(&layer.codes, [n, k]),
+            Tensor::f32(&layer.scales, cfg.weight_scale_shape()),
+        );
+        let is;
+        if let Some(s) = input_scale {
+            is = [s];
+            w = w.with_input_scale(Tensor::f32(&is, [1, 1]));
+        }
+        if cfg.bias {
+            let b = layer.bias.as_ref().expect("a biased layer has a bias");
+            w = w.with_bias(Tensor::f32(b, [1, n]));
+        }
+        let mut oracle = CpuReference::for_layer(&cfg);
+        oracle.process_weights(&w)?;
+        let xr: Vec<f32> = chunk
+            .iter()
+            .flat_map(|&r| x[r * k..(r + 1) * k].iter().copied())
+            .collect();
+        let mut out = vec![0f32; chunk.len() * n];
+        oracle.apply(
+            &Tensor::f32(&xr, [chunk.len(), k]),
+            &mut TensorMut::f32(&mut out, [chunk.len(), n]),
+        )?;
+        Ok(out)
+    };
+    let parts: Vec<Result<Vec<f32>, KernelError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = chunks.iter().map(|c| s.spawn(|| run(c))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("reference thread panicked"))
+            .collect()
+    });
+    let mut want = Vec::with_capacity(rows.len() * n);
+    for p in parts {
+        want.extend(p?.into_iter().map(f64::from));
+    }
+    Ok(want)
 }

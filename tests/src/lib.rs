@@ -6,7 +6,9 @@ pub mod layers;
 
 /// Implements [`fp8_linear::Fp8Kernel`] for a test-only type that accepts every layer and
 /// computes nothing: the UI tests use it so each file shows only the attribute and the
-/// constructor under test. Never put such a type in a real table.
+/// constructor under test. The type's name ([`fp8_linear::KernelName`]) comes from its
+/// `#[fp8_kernel]` attribute, which generates it even when the attribute has errors. Never
+/// put such a type in a real table.
 #[macro_export]
 macro_rules! inert_kernel_impl {
     ($name:ident) => {

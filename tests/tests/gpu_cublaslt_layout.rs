@@ -101,8 +101,18 @@ fn block_scale_layouts() {
             let mut out = DeviceBuffer::<bf16>::zeros(&gpu, m * n).unwrap();
             out.fill_bytes(0xff).unwrap();
             // SAFETY: every buffer holds what the shape and scale modes read (padded
-            // variants hold more); default stream.
-            unsafe { plan.run(wd.ptr(), wsd.ptr(), ad.ptr(), asd.ptr(), out.ptr(), 0) }.unwrap();
+            // variants hold more); all on the GPU handle's stream, where the GEMM runs.
+            unsafe {
+                plan.run(
+                    wd.ptr(),
+                    wsd.ptr(),
+                    ad.ptr(),
+                    asd.ptr(),
+                    out.ptr(),
+                    gpu.raw_stream(),
+                )
+            }
+            .unwrap();
             let got: Vec<f32> = out.to_host().unwrap().iter().map(|v| v.to_f32()).collect();
             let err = reference::rel_frobenius(&got, &want);
             eprintln!("cuBLASLt block scales: {an:<26} {wn:<26} rel err {err:.3e}");

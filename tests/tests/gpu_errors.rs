@@ -1,15 +1,16 @@
 //! Bad input to the CUDA kernels gives typed errors, never a panic or an out-of-bounds
 //! access: host memory where device memory is needed, wrong shapes and dtypes, short
-//! buffers, bad scales, apply before process_weights. Config rejections are checked without
-//! a GPU; the rest skip without one unless FP8_REQUIRE_CUDA=1.
+//! buffers, bad scales, apply before process_weights, a GPU ordinal the machine does not
+//! have, a kernel built for a GPU its arch does not cover. Config rejections are checked
+//! without a GPU; the rest skip without one unless FP8_REQUIRE_CUDA=1.
 
 use fp8_linear::cuda::runtime::DeviceBuffer;
 use fp8_linear::cuda::{
     CublasLtBlockFp8, CublasLtFp8PerTensor, CublasLtFp8Rowwise, PortableBlockFp8,
 };
 use fp8_linear::{
-    DType, Storage, DeviceMemory, Fp8Kernel, KernelError, LayerConfig, LayerWeights, QuantKey, Tensor,
-    TensorMut,
+    DType, DeviceMemory, Fp8Kernel, KernelError, KernelOptions, LayerConfig, LayerWeights,
+    QuantKey, Storage, Target, Tensor, TensorMut,
 };
 use fp8_linear_tests::gpu::{gpu_or_skip, AnyBuffer};
 use fp8_linear_tests::layers::random_block_weight;
@@ -52,14 +53,10 @@ fn bad_inputs_give_typed_errors() {
     let (m, n, k) = (4, 256, 300);
     let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
     let (w, ws) = random_block_weight(n, k, 2);
-    let good = LayerWeights {
-        weight: Tensor::fp8(&w, [n, k]),
-        weight_scale: Tensor::f32(&ws, [2, 3]),
-        input_scale: None,
-        input_scale_ub: None,
-        bias: None,
-    };
-    let mut kernel = PortableBlockFp8::new(&cfg).unwrap();
+    let good = LayerWeights::new(Tensor::fp8(&w, [n, k]), Tensor::f32(&ws, [2, 3]));
+    let target = Target::from_gpu(gpu.clone());
+    let mut kernel = PortableBlockFp8::new(&target.build_ctx(&cfg, &KernelOptions::none()))
+        .unwrap_or_else(|e| panic!("{e}"));
     let xb = AnyBuffer::poisoned(&gpu, m * k, DType::Bf16);
     let mut out = AnyBuffer::poisoned(&gpu, m * n, DType::Bf16);
 
@@ -167,4 +164,54 @@ fn bad_inputs_give_typed_errors() {
         .unwrap();
     gpu.synchronize().unwrap();
     eprintln!("bad inputs: every case gave its typed error");
+}
+
+#[test]
+fn a_missing_gpu_ordinal_is_a_typed_error() {
+    if gpu_or_skip("a_missing_gpu_ordinal_is_a_typed_error").is_none() {
+        return;
+    }
+    match Target::cuda(4096) {
+        Err(e @ KernelError::NoSuchDevice { ordinal: 4096, .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("4096"), "the message names the ordinal: {msg}");
+            eprintln!("Target::cuda(4096): {msg}");
+        }
+        other => panic!("Target::cuda(4096) must be NoSuchDevice {{ ordinal: 4096 }}: {other:?}"),
+    }
+    match fp8_linear::cuda::runtime::Gpu::open(4096) {
+        Err(fp8_linear::cuda::runtime::CudaError::NoSuchDevice { ordinal: 4096, .. }) => {}
+        other => panic!("Gpu::open(4096) must be NoSuchDevice: {other:?}"),
+    }
+}
+
+#[test]
+fn a_kernel_outside_its_arch_is_refused_with_a_typed_error() {
+    let Some(gpu) = gpu_or_skip("a_kernel_outside_its_arch_is_refused_with_a_typed_error") else {
+        return;
+    };
+    let cap = gpu.capability();
+    let target = Target::from_gpu(gpu.clone());
+    let cfg = LayerConfig::block_128(256, 384, DType::Bf16, DType::Bf16);
+    let mut checked = 0;
+    for t in fp8_linear::tables::BUILTIN.tables() {
+        for e in t.entries {
+            let runs = e.platform == gpu.device().platform
+                && (e.arch.matches(Some(cap))
+                    || e.force_arch.is_some_and(|a| a.matches(Some(cap))));
+            if runs || (e.can_implement)(&cfg).is_err() {
+                continue;
+            }
+            // A CPU kernel on a GPU target, or a CUDA kernel of another arch.
+            let r = e.build(&target.build_ctx(&cfg, &KernelOptions::none()));
+            assert!(
+                matches!(r, Err(KernelError::WrongDevice { .. })),
+                "{} on {cap}: {:?}",
+                e.name,
+                r.err()
+            );
+            checked += 1;
+        }
+    }
+    eprintln!("{checked} kernels refused on this GPU with WrongDevice");
 }

@@ -66,9 +66,8 @@ fn group128_bit_exact() {
                     fp8_linear::Storage::Device(mem, _) => mem.ptr,
                     _ => unreachable!(),
                 };
-                // SAFETY: buffers sized as the call requires, default stream.
-                unsafe { q.group128(ptr, d, m, k, codes.ptr(), ldq, scales.ptr(), order, 0) }
-                    .unwrap();
+                // SAFETY: buffers sized as the call requires, all on the GPU handle's stream.
+                unsafe { q.group128(ptr, d, m, k, codes.ptr(), ldq, scales.ptr(), order) }.unwrap();
                 let got_q = codes.to_host().unwrap();
                 let got_s = scales.to_host().unwrap();
                 let (want_q, want_s) = quantize::per_token_group(&exact, m, k, 128);
@@ -150,7 +149,7 @@ fn per_token_and_per_tensor_bit_exact() {
             // Per token, with and without an upper bound that clips some rows.
             for ub in [None, Some(3.0f32)] {
                 let ub_buf = ub.map(|u| DeviceBuffer::from_host(&gpu, &[u]).unwrap());
-                // SAFETY: buffers sized as required, default stream.
+                // SAFETY: buffers sized as required, all on the GPU handle's stream.
                 unsafe {
                     q.per_token(
                         ptr,
@@ -161,7 +160,6 @@ fn per_token_and_per_tensor_bit_exact() {
                         ldq,
                         scales.ptr(),
                         ub_buf.as_ref().map(|b| b.ptr()),
-                        0,
                     )
                 }
                 .unwrap();
@@ -186,7 +184,6 @@ fn per_token_and_per_tensor_bit_exact() {
                         amax.ptr(),
                         Some(scales.ptr()),
                         Some(one.ptr()),
-                        0,
                     )
                 }
                 .unwrap();

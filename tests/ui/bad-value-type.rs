@@ -1,10 +1,10 @@
-use fp8_linear::{fp8_kernel, KernelError, LayerConfig};
+use fp8_linear::{fp8_kernel, BuildCtx, KernelError};
 
 #[fp8_kernel(platform = Cpu, priority = "high")]
 pub struct K;
 
 impl K {
-    pub fn new(_config: &LayerConfig) -> Result<Self, KernelError> {
+    pub fn new(_ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(K)
     }
 }

@@ -1,11 +1,11 @@
 //! A kernel listed twice in one table.
-use fp8_linear::{fp8_kernel, fp8_table, KernelError, LayerConfig};
+use fp8_linear::{fp8_kernel, fp8_table, BuildCtx, KernelError};
 
 #[fp8_kernel(platform = Cpu, priority = 1)]
 pub struct A;
 
 impl A {
-    pub fn new(_config: &LayerConfig) -> Result<Self, KernelError> {
+    pub fn new(_ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(A)
     }
 }

@@ -1,11 +1,11 @@
 //! Two kernels with the same priority in one table: rejected at compile time.
-use fp8_linear::{fp8_kernel, fp8_table, KernelError, LayerConfig};
+use fp8_linear::{fp8_kernel, fp8_table, BuildCtx, KernelError};
 
 #[fp8_kernel(platform = Cpu, priority = 1)]
 pub struct A;
 
 impl A {
-    pub fn new(_config: &LayerConfig) -> Result<Self, KernelError> {
+    pub fn new(_ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(A)
     }
 }
@@ -16,7 +16,7 @@ fp8_linear_tests::inert_kernel_impl!(A);
 pub struct B;
 
 impl B {
-    pub fn new(_config: &LayerConfig) -> Result<Self, KernelError> {
+    pub fn new(_ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(B)
     }
 }

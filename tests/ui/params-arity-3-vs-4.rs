@@ -1,12 +1,12 @@
 //! Three names declared, constructor takes LayerParams<4>.
-use fp8_linear::{fp8_kernel, KernelError, LayerConfig, LayerParams};
+use fp8_linear::{fp8_kernel, BuildCtx, KernelError, LayerParams};
 
 #[fp8_kernel(platform = Cuda, priority = 4, arch = sm75..sm89,
              params = [weight, weight_scale, input_scale])]
 pub struct MarlinFp8;
 
 impl MarlinFp8 {
-    pub fn new(_config: &LayerConfig, _params: LayerParams<4>) -> Result<Self, KernelError> {
+    pub fn new(_ctx: &BuildCtx<'_>, _params: LayerParams<4>) -> Result<Self, KernelError> {
         Ok(MarlinFp8)
     }
 }

@@ -1,10 +1,10 @@
-use fp8_linear::{fp8_kernel, KernelError, LayerConfig, LayerParams};
+use fp8_linear::{fp8_kernel, BuildCtx, KernelError, LayerParams};
 
 #[fp8_kernel(platform = Cpu, priority = 1, params = ["weight", 3])]
 pub struct K;
 
 impl K {
-    pub fn new(_config: &LayerConfig, _params: LayerParams<2>) -> Result<Self, KernelError> {
+    pub fn new(_ctx: &BuildCtx<'_>, _params: LayerParams<2>) -> Result<Self, KernelError> {
         Ok(K)
     }
 }

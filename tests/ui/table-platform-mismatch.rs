@@ -1,11 +1,11 @@
 //! A Cuda kernel in a Cpu table.
-use fp8_linear::{fp8_kernel, fp8_table, KernelError, LayerConfig};
+use fp8_linear::{fp8_kernel, fp8_table, BuildCtx, KernelError};
 
 #[fp8_kernel(platform = Cuda, priority = 1, arch = sm89..)]
 pub struct GpuOnly;
 
 impl GpuOnly {
-    pub fn new(_config: &LayerConfig) -> Result<Self, KernelError> {
+    pub fn new(_ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(GpuOnly)
     }
 }

@@ -6,22 +6,18 @@
 //! fast index (`s[kb * M + m]`); weight scales `[ceil(N/128), ceil(K/128)]` row-major with the
 //! row length rounded up to a multiple of 4. K is padded with zeros to a multiple of 128.
 
-use fp8_linear_core::kernel::processed;
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use fp8_linear_core::{
     fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
     TensorMut, Unsupported,
 };
-use fp8_linear_cuda::cublaslt::{Fp8GemmPlan, Fp8GemmShape, Lt, ScaleMode};
-use fp8_linear_cuda::cudarc;
-use fp8_linear_cuda::{DeviceBuffer, Gpu};
+use fp8_linear_cuda::cublaslt::ScaleMode;
 
-use super::common::{be, device_io, gpu_of, Scratch};
-use super::portable::block_128_checks;
-use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
-use super::weights::DeviceWeights;
+use super::block::{block_128_checks, ActLayout, BlockLayer};
+use super::error::be;
+use super::layer::GpuLayer;
+use super::lt_gemm::{lt_layer_checks, LtGemm};
+use super::quant::ScaleOrder;
+use super::scratch::Scratch;
 
 const NAME: &str = CublasLtBlockFp8::NAME;
 
@@ -34,25 +30,17 @@ pub const ACT_SCALE_ORDER: ScaleOrder = ScaleOrder::ColMajor;
 /// into a scratch output, whose first M rows are then copied out.
 pub const M_MULTIPLE: usize = 4;
 
-/// Most M values whose cuBLASLt plans are kept per layer.
-const MAX_PLANS: usize = 64;
-
 /// cuBLASLt block-scaled FP8 GEMM (Hopper): bf16 output, N a multiple of 16, no bias.
 #[fp8_kernel(platform = Cuda, priority = 2, arch = sm90, backend = cublaslt)]
 pub struct CublasLtBlockFp8 {
-    config: LayerConfig,
-    gpu: Arc<Gpu>,
-    state: Option<State>,
+    layer: GpuLayer<State>,
 }
 
 struct State {
-    lt: Arc<Lt>,
-    w: DeviceWeights,
-    /// Weight scales in cuBLASLt's BLK128x128 layout.
-    bs: DeviceBuffer<f32>,
-    quant: ActQuant,
-    plans: HashMap<usize, Fp8GemmPlan>,
-    act: GroupQuantBuffers,
+    /// Weights (K padded to whole 128-blocks) with scales in cuBLASLt's BLK128x128 layout,
+    /// activations with M-fastest scales over M padded to [`M_MULTIPLE`].
+    block: BlockLayer,
+    gemm: LtGemm,
     /// Output for padded M.
     padded_out: Scratch<half::bf16>,
 }
@@ -62,9 +50,7 @@ impl CublasLtBlockFp8 {
     /// `process_weights`).
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(CublasLtBlockFp8 {
-            config: *ctx.config(),
-            gpu: gpu_of(NAME, ctx)?,
-            state: None,
+            layer: GpuLayer::new(NAME, ctx)?,
         })
     }
 }
@@ -88,101 +74,50 @@ impl Fp8Kernel for CublasLtBlockFp8 {
                 "cuBLASLt block-scaled FP8 writes bf16 output only",
             ));
         }
-        if !config.n.is_multiple_of(16) {
-            return Err(Unsupported::new("N must be a multiple of 16").with("N", config.n as u64));
-        }
-        if config.bias {
-            return Err(Unsupported::new(
-                "bias is not supported (no epilogue wired)",
-            ));
-        }
-        Ok(())
+        lt_layer_checks(config)
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        let c = self.config;
+        let (gpu, config) = (&self.layer.gpu, &self.layer.config);
         // K padded to whole 128-blocks: the block-scaled GEMM then never sees a partial group.
-        let gpu = self.gpu.clone();
-        let w = DeviceWeights::load_padded(NAME, &gpu, &c, weights, 128)?;
-        let lt = gpu.cublaslt().map_err(be(NAME))?;
-        let (nb, kb) = (c.n.div_ceil(128), c.k.div_ceil(128));
-        let bs = DeviceBuffer::from_host(&gpu, &blk128_weight_scales(&w.host_scales, nb, kb))
-            .map_err(be(NAME))?;
-        let quant = ActQuant::new(&gpu).map_err(be(NAME))?;
-        self.state = Some(State {
-            lt,
-            w,
-            bs,
-            quant,
-            plans: HashMap::new(),
-            act: GroupQuantBuffers::default(),
+        let act = ActLayout::ColMajor { rows: M_MULTIPLE };
+        let block = BlockLayer::load(NAME, gpu, config, weights, 128, blk128_weight_scales, act)?;
+        let modes = (ScaleMode::Blk128x128, ScaleMode::Vec128);
+        let gemm = LtGemm::new(gpu, config, block.w.ldk, modes).map_err(be(NAME))?;
+        self.layer.set(State {
+            block,
+            gemm,
             padded_out: Scratch::default(),
         });
         Ok(())
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let c = self.config;
-        let gpu = self.gpu.clone();
-        let st = processed(&mut self.state, NAME)?;
-        let (m, x, out) = device_io(NAME, &c, &gpu, input, output)?;
-        let (k, ldk) = (c.k, st.w.ldk);
-        let stream = gpu.raw_stream();
-        let mp = m.div_ceil(M_MULTIPLE) * M_MULTIPLE;
+        let (c, gpu, st) = self.layer.processed(NAME)?;
         // Rows m..mp of the padded activations are whatever the scratch holds: they only
         // reach output rows that are never copied out.
-        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU.
-        let (q, a_s) = unsafe {
-            st.act.quantize(
-                &st.quant,
-                &gpu,
-                x.ptr,
-                c.input_dtype,
-                (m, k, mp, ldk),
-                ScaleOrder::ColMajorLd(mp),
-            )
-        }
-        .map_err(be(NAME))?;
-        if !st.plans.contains_key(&mp) {
-            if st.plans.len() >= MAX_PLANS {
-                st.plans.clear();
-            }
-            let shape = Fp8GemmShape {
-                m: mp,
-                n: c.n,
-                k: ldk,
-                ld_weight: ldk,
-                ld_act: ldk,
-                out: c.output_dtype,
-                weight_scale: ScaleMode::Blk128x128,
-                act_scale: ScaleMode::Vec128,
-            };
-            let plan = Fp8GemmPlan::new(&st.lt, shape, st.bs.ptr(), a_s).map_err(be(NAME))?;
-            st.plans.insert(mp, plan);
-        }
+        let call = st.block.begin(NAME, c, gpu, input, output)?;
+        let (m, mp) = (call.m, call.rows);
+        let (w, ws) = (st.block.w.codes.ptr(), st.block.scales.ptr());
         let target = if mp == m {
-            out.ptr
+            call.out
         } else {
-            st.padded_out.get(&gpu, mp * c.n).map_err(be(NAME))?.ptr()
+            st.padded_out.get(gpu, mp * c.n).map_err(be(NAME))?.ptr()
         };
-        let plan = st.plans.get_mut(&mp).expect("inserted above");
+        let stream = gpu.raw_stream();
         // SAFETY: weight n*ldk bytes, scales in BLK128x128 layout, activations mp*ldk bytes,
         // activation scales kb*mp floats, output mp*n bf16 (the scratch when padded, else
         // the output, checked by check_io); all on this GPU.
-        unsafe { plan.run(st.w.codes.ptr(), st.bs.ptr(), q, a_s, target, stream) }
-            .map_err(be(NAME))?;
+        unsafe {
+            st.gemm
+                .run(mp, w, ws, call.codes, call.scales, target, stream)
+        }
+        .map_err(be(NAME))?;
         if mp != m {
             // SAFETY: the first m rows (m*n bf16, contiguous) of the scratch into the output,
             // which holds m*n elements (check_io); same stream.
-            unsafe {
-                cudarc::driver::result::memcpy_dtod_async(
-                    out.ptr,
-                    target,
-                    m * c.n * 2,
-                    stream as cudarc::driver::sys::CUstream,
-                )
-            }
-            .map_err(|e| KernelError::backend(NAME, format!("copying the padded output: {e:?}")))?;
+            unsafe { gpu.copy_async(call.out, target, m * c.n * 2) }
+                .map_err(|e| be(NAME)(e.within("copying the padded output")))?;
         }
         Ok(())
     }

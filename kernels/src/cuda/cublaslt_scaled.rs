@@ -3,8 +3,6 @@
 //! through cuBLASLt's outer-vector scale mode ([`CublasLtFp8Rowwise`], sm_90+, cuBLASLt >=
 //! 12.9). Activations are quantized on the GPU per the layer's key; K is padded to 16.
 
-use fp8_linear_core::kernel::processed;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use fp8_linear_core::quant::{GroupShape, ScaleDtype};
@@ -13,14 +11,16 @@ use fp8_linear_core::{
     fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
     TensorMut, Unsupported,
 };
-use fp8_linear_cuda::cublaslt::{Fp8GemmPlan, Fp8GemmShape, Lt, ScaleMode};
+use fp8_linear_cuda::cublaslt::ScaleMode;
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
-use super::common::{be, device_io, gpu_of, Scratch};
+use super::device_io::device_io;
+use super::error::be;
+use super::layer::GpuLayer;
+use super::lt_gemm::{lt_layer_checks, LtGemm};
 use super::quant::ActQuant;
+use super::scratch::Scratch;
 use super::weights::DeviceWeights;
-
-const MAX_PLANS: usize = 64;
 
 /// Checks shared by both kernels: FP8 e4m3 W8A8 with f32 scales, float input, N % 16 == 0,
 /// no bias.
@@ -42,21 +42,11 @@ const fn scaled_basics(config: &LayerConfig) -> Result<(), Unsupported> {
     if matches!(config.input_dtype, DType::F8E4m3) {
         return Err(Unsupported::new("input dtype must be f32, f16 or bf16"));
     }
-    if !config.n.is_multiple_of(16) {
-        return Err(Unsupported::new("N must be a multiple of 16").with("N", config.n as u64));
-    }
-    if config.bias {
-        return Err(Unsupported::new(
-            "bias is not supported (no epilogue wired)",
-        ));
-    }
-    Ok(())
+    lt_layer_checks(config)
 }
 
 /// What both kernels keep after `process_weights`.
 struct State {
-    gpu: Arc<Gpu>,
-    lt: Arc<Lt>,
     w: DeviceWeights,
     /// Weight scales as cuBLASLt reads them (one, or one per output channel).
     ws: DeviceBuffer<f32>,
@@ -64,7 +54,9 @@ struct State {
     input_scale: Option<DeviceBuffer<f32>>,
     input_scale_ub: Option<DeviceBuffer<f32>>,
     quant: ActQuant,
-    plans: HashMap<usize, Fp8GemmPlan>,
+    gemm: LtGemm,
+    /// Whether the GEMM reads one activation scale per row (else one per tensor).
+    per_row: bool,
     q: Scratch<u8>,
     a_scales: Scratch<f32>,
     amax: Scratch<f32>,
@@ -76,33 +68,33 @@ impl State {
         gpu: &Arc<Gpu>,
         c: &LayerConfig,
         weights: &LayerWeights<'_>,
-        per_channel: bool,
+        modes: (ScaleMode, ScaleMode),
     ) -> Result<Self, KernelError> {
-        let gpu = gpu.clone();
-        let w = DeviceWeights::load(kernel, &gpu, c, weights)?;
-        let lt = gpu.cublaslt().map_err(be(kernel))?;
+        let w = DeviceWeights::load(kernel, gpu, c, weights)?;
+        let gemm = LtGemm::new(gpu, c, w.ldk, modes).map_err(be(kernel))?;
+        // The outer-vector mode reads one weight scale per output channel.
+        let per_channel = modes.0 == ScaleMode::OuterVec;
         let scales: Vec<f32> = if per_channel && w.host_scales.len() == 1 {
             vec![w.host_scales[0]; c.n]
         } else {
             w.host_scales.clone()
         };
-        let ws = DeviceBuffer::from_host(&gpu, &scales).map_err(be(kernel))?;
+        let ws = DeviceBuffer::from_host(gpu, &scales).map_err(be(kernel))?;
         let up = |v: Option<f32>| -> Result<Option<DeviceBuffer<f32>>, KernelError> {
-            v.map(|v| DeviceBuffer::from_host(&gpu, &[v]).map_err(be(kernel)))
+            v.map(|v| DeviceBuffer::from_host(gpu, &[v]).map_err(be(kernel)))
                 .transpose()
         };
         let input_scale = up(w.input_scale)?;
         let input_scale_ub = up(w.input_scale_ub)?;
-        let quant = ActQuant::new(&gpu).map_err(be(kernel))?;
+        let quant = ActQuant::new(gpu).map_err(be(kernel))?;
         Ok(State {
-            gpu,
-            lt,
             w,
             ws,
             input_scale,
             input_scale_ub,
             quant,
-            plans: HashMap::new(),
+            gemm,
+            per_row: modes.1 == ScaleMode::OuterVec,
             q: Scratch::default(),
             a_scales: Scratch::default(),
             amax: Scratch::default(),
@@ -114,18 +106,17 @@ impl State {
         &mut self,
         kernel: &'static str,
         c: &LayerConfig,
-        modes: (ScaleMode, ScaleMode),
+        gpu: &Arc<Gpu>,
         input: &Tensor<'_>,
         output: &mut TensorMut<'_>,
     ) -> Result<(), KernelError> {
-        let (m, x, out) = device_io(kernel, c, &self.gpu, input, output)?;
+        let (m, x, out) = device_io(kernel, c, gpu, input, output)?;
         let (k, ldk) = (c.k, self.w.ldk);
-        let gpu = self.gpu.clone();
-        let q = self.q.get(&gpu, m * ldk).map_err(be(kernel))?.ptr();
-        let a_s = self.a_scales.get(&gpu, m).map_err(be(kernel))?.ptr();
+        let q = self.q.get(gpu, m * ldk).map_err(be(kernel))?.ptr();
+        let a_s = self.a_scales.get(gpu, m).map_err(be(kernel))?.ptr();
         let act = c.activation.expect("checked by can_implement");
         let stream = gpu.raw_stream();
-        let per_row = modes.1 == ScaleMode::OuterVec;
+        let per_row = self.per_row;
         // SAFETY: x holds m*k elements, q m*ldk bytes, a_s m floats, scalars one f32 each;
         // all on this GPU, ordered on the output's stream.
         unsafe {
@@ -136,7 +127,7 @@ impl State {
                         .per_token(x.ptr, c.input_dtype, m, k, q, ldk, a_s, ub)
                 }
                 _ => {
-                    let amax = self.amax.get(&gpu, 1).map_err(be(kernel))?.ptr();
+                    let amax = self.amax.get(gpu, 1).map_err(be(kernel))?.ptr();
                     let fixed = if act.dynamic {
                         None
                     } else {
@@ -168,51 +159,64 @@ impl State {
             }
         }
         .map_err(be(kernel))?;
-        if !self.plans.contains_key(&m) {
-            if self.plans.len() >= MAX_PLANS {
-                self.plans.clear();
-            }
-            let shape = Fp8GemmShape {
-                m,
-                n: c.n,
-                k: ldk,
-                ld_weight: ldk,
-                ld_act: ldk,
-                out: c.output_dtype,
-                weight_scale: modes.0,
-                act_scale: modes.1,
-            };
-            self.plans.insert(
-                m,
-                Fp8GemmPlan::new(&self.lt, shape, self.ws.ptr(), a_s).map_err(be(kernel))?,
-            );
-        }
-        let plan = self.plans.get_mut(&m).expect("inserted above");
+        let w = self.w.codes.ptr();
         // SAFETY: weight n*ldk bytes with its scales, activations m*ldk bytes with theirs,
         // output m*n (check_io); all on this GPU.
-        unsafe { plan.run(self.w.codes.ptr(), self.ws.ptr(), q, a_s, out.ptr, stream) }
-            .map_err(be(kernel))
+        unsafe { self.gemm.run(m, w, self.ws.ptr(), q, a_s, out.ptr, stream) }.map_err(be(kernel))
+    }
+}
+
+/// The layer of either kernel and the scale modes that tell them apart (weight, activation).
+struct ScaledGemm {
+    layer: GpuLayer<State>,
+    modes: (ScaleMode, ScaleMode),
+}
+
+impl ScaledGemm {
+    fn new(
+        kernel: &'static str,
+        ctx: &BuildCtx<'_>,
+        modes: (ScaleMode, ScaleMode),
+    ) -> Result<Self, KernelError> {
+        Ok(ScaledGemm {
+            layer: GpuLayer::new(kernel, ctx)?,
+            modes,
+        })
+    }
+
+    fn process_weights(
+        &mut self,
+        kernel: &'static str,
+        weights: &LayerWeights<'_>,
+    ) -> Result<(), KernelError> {
+        let l = &self.layer;
+        let state = State::load(kernel, &l.gpu, &l.config, weights, self.modes)?;
+        self.layer.set(state);
+        Ok(())
+    }
+
+    fn apply(
+        &mut self,
+        kernel: &'static str,
+        input: &Tensor<'_>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let (c, gpu, st) = self.layer.processed(kernel)?;
+        st.run(kernel, c, gpu, input, output)
     }
 }
 
 /// cuBLASLt FP8 GEMM with one scale per tensor for weights and activations (static or
 /// dynamic), bf16/f16/f32 output (sm_89+).
 #[fp8_kernel(platform = Cuda, priority = 2, arch = sm89.., backend = cublaslt)]
-pub struct CublasLtFp8PerTensor {
-    config: LayerConfig,
-    gpu: Arc<Gpu>,
-    state: Option<State>,
-}
+pub struct CublasLtFp8PerTensor(ScaledGemm);
 
 impl CublasLtFp8PerTensor {
     /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
     /// `process_weights`).
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
-        Ok(CublasLtFp8PerTensor {
-            config: *ctx.config(),
-            gpu: gpu_of(Self::NAME, ctx)?,
-            state: None,
-        })
+        let modes = (ScaleMode::Scalar, ScaleMode::Scalar);
+        ScaledGemm::new(Self::NAME, ctx, modes).map(Self)
     }
 }
 
@@ -237,48 +241,25 @@ impl Fp8Kernel for CublasLtFp8PerTensor {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        self.state = Some(State::load(
-            Self::NAME,
-            &self.gpu,
-            &self.config,
-            weights,
-            false,
-        )?);
-        Ok(())
+        self.0.process_weights(Self::NAME, weights)
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let c = self.config;
-        let name = Self::NAME;
-        let st = processed(&mut self.state, name)?;
-        st.run(
-            name,
-            &c,
-            (ScaleMode::Scalar, ScaleMode::Scalar),
-            input,
-            output,
-        )
+        self.0.apply(Self::NAME, input, output)
     }
 }
 
 /// cuBLASLt FP8 GEMM with per-token (or per-tensor) activation scales and per-channel (or
 /// per-tensor) weight scales through the outer-vector scale mode, bf16 output (sm_90+).
 #[fp8_kernel(platform = Cuda, priority = 3, arch = sm90.., backend = cublaslt)]
-pub struct CublasLtFp8Rowwise {
-    config: LayerConfig,
-    gpu: Arc<Gpu>,
-    state: Option<State>,
-}
+pub struct CublasLtFp8Rowwise(ScaledGemm);
 
 impl CublasLtFp8Rowwise {
     /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
     /// `process_weights`).
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
-        Ok(CublasLtFp8Rowwise {
-            config: *ctx.config(),
-            gpu: gpu_of(Self::NAME, ctx)?,
-            state: None,
-        })
+        let modes = (ScaleMode::OuterVec, ScaleMode::OuterVec);
+        ScaledGemm::new(Self::NAME, ctx, modes).map(Self)
     }
 }
 
@@ -311,26 +292,10 @@ impl Fp8Kernel for CublasLtFp8Rowwise {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        self.state = Some(State::load(
-            Self::NAME,
-            &self.gpu,
-            &self.config,
-            weights,
-            true,
-        )?);
-        Ok(())
+        self.0.process_weights(Self::NAME, weights)
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let c = self.config;
-        let name = Self::NAME;
-        let st = processed(&mut self.state, name)?;
-        st.run(
-            name,
-            &c,
-            (ScaleMode::OuterVec, ScaleMode::OuterVec),
-            input,
-            output,
-        )
+        self.0.apply(Self::NAME, input, output)
     }
 }

@@ -6,48 +6,36 @@
 //! epilogue kernel sums them in order) when the tiles do not fill the GPU.
 //! Source: `cu/hopper_gemm.cu`.
 
-use fp8_linear_core::kernel::processed;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
-use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaModule, PushKernelArg};
 use fp8_linear_core::{
     fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
     Unsupported,
 };
 use fp8_linear_cuda::cudarc;
-use fp8_linear_cuda::{DeviceBuffer, Gpu, ModuleSpec};
+use fp8_linear_cuda::tma::TensorMap;
+use fp8_linear_cuda::Gpu;
 
-use super::common::{be, check_row_count, device_io, float_index, gpu_of, Scratch, FLOAT_NAMES};
-use super::portable::block_128_checks;
-use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
-use super::sources::COMMON;
-use super::tma::TensorMap;
-use super::weights::DeviceWeights;
+use super::block::{block_128_checks, row_major, ActLayout, BlockLayer};
+use super::dtype::float_index;
+use super::error::be;
+use super::launch::{elementwise, grid, launch, per_float};
+use super::layer::GpuLayer;
+use super::scratch::Scratch;
+
+/// The Hopper module spec (compiled for `sm_90a`), registered in [`super::sources`].
+pub use super::sources::hopper_module;
 
 const NAME: &str = HopperBlockFp8::NAME;
-/// The kernel body (device code of the module after the shared helpers).
-const BODY: &str = include_str!("cu/hopper_gemm.cu");
-
-/// The Hopper module spec (compiled for `sm_90a`).
-pub fn hopper_module() -> ModuleSpec {
-    static SRC: OnceLock<&'static str> = OnceLock::new();
-    let src = SRC.get_or_init(|| Box::leak(format!("{COMMON}\n{BODY}").into_boxed_str()));
-    ModuleSpec {
-        arch_specific: true,
-        ..ModuleSpec::new("fp8_hopper_gemm", src)
-    }
-}
 
 /// Block-scaled FP8 GEMM with wgmma and TMA for Hopper (sm_90a exactly): 128x128 weight
 /// blocks, dynamic 1x128 activation groups, any M, N, K, f32/f16/bf16 in and out, bias.
 #[fp8_kernel(platform = Cuda, priority = 1, arch = sm90a, backend = hopper)]
 pub struct HopperBlockFp8 {
-    config: LayerConfig,
-    gpu: Arc<Gpu>,
+    layer: GpuLayer<State>,
     /// Upper bound on K splits (the build options' `max_splits`, default 16).
     max_splits: usize,
-    state: Option<State>,
 }
 
 /// One tile height: BM rows per CTA (64 * math warpgroups), its pipeline depth and kernels.
@@ -65,16 +53,13 @@ const VARIANTS: [(usize, u32, &str); 2] = [
 ];
 
 struct State {
-    w: DeviceWeights,
-    /// Weight block scales `[ceil(n/128), ceil(k/128)]` row-major.
-    bs: DeviceBuffer<f32>,
+    /// Weights with row-major block scales, activations with M-fastest group scales.
+    block: BlockLayer,
     /// Tensor map of the weight codes (box 128 x 128).
     tb: TensorMap,
-    quant: ActQuant,
     variants: [Variant; 2],
     finalize: [CudaFunction; 3],
     _module: Arc<CudaModule>,
-    act: GroupQuantBuffers,
     ws: Scratch<f32>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
@@ -85,14 +70,12 @@ impl HopperBlockFp8 {
     /// `process_weights`).
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(HopperBlockFp8 {
-            config: *ctx.config(),
-            gpu: gpu_of(NAME, ctx)?,
+            layer: GpuLayer::new(NAME, ctx)?,
             max_splits: ctx
                 .options()
                 .max_splits
                 .map_or(16, usize::from)
                 .clamp(1, 16),
-            state: None,
         })
     }
 }
@@ -140,17 +123,8 @@ pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -
 type Loaded = (Arc<CudaModule>, [Variant; 2], [CudaFunction; 3]);
 
 fn load(gpu: &Arc<Gpu>) -> Result<Loaded, KernelError> {
-    let optin = gpu
-        .context()
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-        .map_err(|e| KernelError::backend(NAME, format!("shared memory limit: {e:?}")))?
-        as u32;
+    let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
     let (module, _) = gpu.module(&hopper_module()).map_err(be(NAME))?;
-    let func = |name: String| -> Result<CudaFunction, KernelError> {
-        module
-            .load_function(&name)
-            .map_err(|e| KernelError::backend(NAME, format!("loading {name}: {e:?}")))
-    };
     let variant = |(bm, smem, tag): (usize, u32, &str)| -> Result<Variant, KernelError> {
         if smem > optin {
             return Err(KernelError::backend(
@@ -158,36 +132,12 @@ fn load(gpu: &Arc<Gpu>) -> Result<Loaded, KernelError> {
                 format!("needs {smem} B of shared memory per block, the device allows {optin}"),
             ));
         }
-        let mut fs = Vec::with_capacity(3);
-        for suffix in FLOAT_NAMES {
-            let name = format!("hopper_gemm_{tag}_{suffix}");
-            let f = func(name.clone())?;
-            // SAFETY: a valid function handle; raising its dynamic shared memory limit.
-            unsafe {
-                cudarc::driver::result::function::set_function_attribute(
-                    f.cu_function(),
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    smem as i32,
-                )
-            }
-            .map_err(|e| KernelError::backend(NAME, format!("shared memory on {name}: {e:?}")))?;
-            fs.push(f);
-        }
-        let [a, b, c]: [CudaFunction; 3] = fs
-            .try_into()
-            .map_err(|_| KernelError::backend(NAME, "three output dtypes expected".to_string()))?;
-        Ok(Variant {
-            bm,
-            smem,
-            gemm: [a, b, c],
-        })
+        let gemm =
+            per_float(&module, &format!("hopper_gemm_{tag}"), Some(smem)).map_err(be(NAME))?;
+        Ok(Variant { bm, smem, gemm })
     };
     let variants = [variant(VARIANTS[0])?, variant(VARIANTS[1])?];
-    let finalize = [
-        func("hopper_finalize_f32".into())?,
-        func("hopper_finalize_f16".into())?,
-        func("hopper_finalize_bf16".into())?,
-    ];
+    let finalize = per_float(&module, "hopper_finalize", None).map_err(be(NAME))?;
     Ok((module, variants, finalize))
 }
 
@@ -204,22 +154,19 @@ impl Fp8Kernel for HopperBlockFp8 {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        let gpu = self.gpu.clone();
-        let w = DeviceWeights::load(NAME, &gpu, &self.config, weights)?;
-        let bs = DeviceBuffer::from_host(&gpu, &w.host_scales).map_err(be(NAME))?;
-        let quant = ActQuant::new(&gpu).map_err(be(NAME))?;
-        let (module, variants, finalize) = load(&gpu)?;
-        let tb = TensorMap::e4m3_2d(w.codes.ptr(), self.config.n, w.ldk, w.ldk, 128, 128)
-            .map_err(|e| KernelError::backend(NAME, e))?;
-        self.state = Some(State {
-            w,
-            bs,
+        let (gpu, config) = (&self.layer.gpu, &self.layer.config);
+        let act = ActLayout::ColMajor { rows: 1 };
+        let block = BlockLayer::load(NAME, gpu, config, weights, 16, row_major, act)?;
+        let (module, variants, finalize) = load(gpu)?;
+        let w = &block.w;
+        let tb = TensorMap::e4m3_2d(w.codes.ptr(), config.n, w.ldk, w.ldk, 128, 128)
+            .map_err(be(NAME))?;
+        self.layer.set(State {
+            block,
             tb,
-            quant,
             variants,
             finalize,
             _module: module,
-            act: GroupQuantBuffers::default(),
             ws: Scratch::default(),
             ta: None,
         });
@@ -227,27 +174,13 @@ impl Fp8Kernel for HopperBlockFp8 {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let c = self.config;
-        let gpu = self.gpu.clone();
         let max_splits = self.max_splits;
-        let st = processed(&mut self.state, NAME)?;
-        let (m, x, out) = device_io(NAME, &c, &gpu, input, output)?;
-        let (n, k) = (c.n, c.k);
-        check_row_count(input, m, n)?;
+        let (c, gpu, st) = self.layer.processed(NAME)?;
+        let call = st.block.begin(NAME, c, gpu, input, output)?;
+        let (m, n, k) = (call.m, c.n, c.k);
         let kb = k.div_ceil(128);
-        let ldk = st.w.ldk;
-        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU.
-        let (q, a_s) = unsafe {
-            st.act.quantize(
-                &st.quant,
-                &gpu,
-                x.ptr,
-                c.input_dtype,
-                (m, k, m, ldk),
-                ScaleOrder::ColMajor,
-            )
-        }
-        .map_err(be(NAME))?;
+        let ldk = st.block.w.ldk;
+        let (q, a_s, out) = (call.codes, call.scales, call.out);
 
         let v = if m <= 64 {
             &st.variants[0]
@@ -258,8 +191,7 @@ impl Fp8Kernel for HopperBlockFp8 {
         let ta = match &st.ta {
             Some((k0, map)) if *k0 == key => *map,
             _ => {
-                let map = TensorMap::e4m3_2d(q, m, ldk, ldk, v.bm as u32, 128)
-                    .map_err(|e| KernelError::backend(NAME, e))?;
+                let map = TensorMap::e4m3_2d(q, m, ldk, ldk, v.bm as u32, 128).map_err(be(NAME))?;
                 st.ta = Some((key, map));
                 map
             }
@@ -276,69 +208,55 @@ impl Fp8Kernel for HopperBlockFp8 {
                 format!("{:?}", input.shape),
             ));
         }
-        let grid = units.min(sms) as u32;
         let oi = float_index("output", c.output_dtype)?;
         let ws = if splits > 1 {
             // Every split stores every valid element of its tiles: no clearing needed.
             let len = (m * n).checked_mul(splits).ok_or_else(|| {
                 KernelError::backend(NAME, format!("split-K workspace of {splits} x {m} x {n}"))
             })?;
-            st.ws.get(&gpu, len).map_err(be(NAME))?.ptr()
+            st.ws.get(gpu, len).map_err(be(NAME))?.ptr()
         } else {
             0u64
         };
-        let bias = st.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
-        let bsptr = st.bs.ptr();
+        let bias = st.block.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
+        let bsptr = st.block.scales.ptr();
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
         let (kbpsi, splitsi) = (kbps as i32, splits as i32);
         let tb = st.tb;
+        let s = gpu.stream();
+        let mut b = s.launch_builder(&v.gemm[oi]);
+        b.arg(&ta)
+            .arg(&tb)
+            .arg(&a_s)
+            .arg(&bsptr)
+            .arg(&out)
+            .arg(&ws)
+            .arg(&bias);
+        b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
+        let threads = 128 * (v.bm as u32 / 64 + 1);
+        let cfg = grid((units.min(sms) as u32, 1, 1), threads, v.smem);
         // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A
         // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds kb*m
         // floats, Bs ceil(n/128)*kb, out m*n elements, ws splits*m*n floats when split; the
         // kernel masks every store and TMA zero-fills out-of-bounds boxes.
         unsafe {
-            let s = gpu.stream();
-            let mut b = s.launch_builder(&v.gemm[oi]);
-            b.arg(&ta)
-                .arg(&tb)
-                .arg(&a_s)
-                .arg(&bsptr)
-                .arg(&out.ptr)
-                .arg(&ws)
-                .arg(&bias);
-            b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
-            b.launch(LaunchConfig {
-                grid_dim: (grid, 1, 1),
-                block_dim: (128 * (v.bm as u32 / 64 + 1), 1, 1),
-                shared_mem_bytes: v.smem,
-            })
-            .map_err(|e| {
-                KernelError::backend(
-                    NAME,
-                    format!(
-                        "launching hopper_gemm (BM={}, {splits} splits): {e:?}",
-                        v.bm
-                    ),
-                )
-            })?;
-            if splits > 1 {
-                let blocks = ((m * n).div_ceil(256)).min(4096) as u32;
-                let mut f = s.launch_builder(&st.finalize[oi]);
-                f.arg(&ws)
-                    .arg(&out.ptr)
-                    .arg(&bias)
-                    .arg(&mi)
-                    .arg(&ni)
-                    .arg(&splitsi);
-                f.launch(LaunchConfig {
-                    grid_dim: (blocks, 1, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                })
-                .map_err(|e| {
-                    KernelError::backend(NAME, format!("launching hopper_finalize: {e:?}"))
-                })?;
-            }
+            launch(
+                b,
+                cfg,
+                format_args!("hopper_gemm (BM={}, {splits} splits)", v.bm),
+            )
+        }
+        .map_err(be(NAME))?;
+        if splits > 1 {
+            let mut f = s.launch_builder(&st.finalize[oi]);
+            f.arg(&ws)
+                .arg(&out)
+                .arg(&bias)
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&splitsi);
+            // SAFETY: ws holds splits*m*n partial sums, out m*n elements, bias n floats.
+            unsafe { launch(f, elementwise(m * n), "hopper_finalize") }.map_err(be(NAME))?;
         }
         Ok(())
     }
@@ -347,7 +265,6 @@ impl Fp8Kernel for HopperBlockFp8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fp8_linear_cuda::nvrtc;
 
     #[test]
     fn splits_fill_the_gpu_without_overshooting() {
@@ -385,19 +302,5 @@ mod tests {
             let c = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
             assert!(HopperBlockFp8::can_implement(&c).is_err(), "{n}x{k}");
         }
-    }
-
-    /// Compiles the module for sm_90a when NVRTC is installed (no GPU needed).
-    #[test]
-    fn source_compiles_for_sm90a() {
-        if let Err(e) = fp8_linear_cuda::probe::nvrtc() {
-            eprintln!("skipped: {e}");
-            return;
-        }
-        let spec = hopper_module();
-        let opts = vec!["--std=c++17".to_string(), "-default-device".to_string()];
-        let cubin = nvrtc::compile_cubin(spec.name, spec.source, "sm_90a", &opts, &[])
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(cubin.len() > 1000);
     }
 }

@@ -2,21 +2,40 @@
 //! per-tensor and row-wise), our own portable block-FP8 kernel (FP8 `mma.sync`, sm_89+) and
 //! our Hopper block-FP8 kernel (wgmma + TMA, sm_90a).
 //!
-//! Kernels are CUDA C compiled at run time by NVRTC for the device's exact arch and cached
-//! on disk (see `fp8_linear_cuda`). Kernel inputs and outputs are device tensors
-//! ([`Storage::Device`](fp8_linear_core::Storage::Device)); `process_weights` takes host weights
-//! (uploaded to device 0, or `FP8_LINEAR_CUDA_DEVICE`) or device weights (used on their
-//! device).
+//! Kernels are CUDA C (every source in `cu/`, registered in [`sources`]) compiled at run
+//! time by NVRTC for the device's exact arch and cached on disk (see `fp8_linear_cuda`).
+//! Kernel inputs and outputs are device tensors
+//! ([`Storage::Device`](fp8_linear_core::Storage::Device)); `process_weights` takes host
+//! weights (uploaded to the GPU of the layer's build context) or device weights (used on
+//! their device).
+//!
+//! One skeleton, the parts plugged in: every kernel holds a `GpuLayer` (its layer, GPU handle
+//! and processed state); the block-scaled kernels put a `BlockLayer` (weights in the kernel's
+//! scale layout, activation quantization in its scale order) in front of their GEMM, so their
+//! files hold only the GEMM: tile variants, split-K and the launch. The shared pieces:
+//!
+//! - `layer`: `GpuLayer`; `block`: the 128 x 128 config checks and `BlockLayer`;
+//!   `weights`: weights on the device.
+//! - `device_io`: tensors as device memory on the layer's GPU, row-count checks, downloads.
+//! - `launch`: a module's functions per output dtype, grid shapes, launches with named errors.
+//! - `lt_gemm`: the cuBLASLt kernels' layer checks and their GEMM with its plans by M.
+//! - `scratch`, `dtype`, `error` (the one CUDA-error-to-kernel-error conversion).
 
-mod common;
+mod block;
 pub mod cublaslt_block;
 pub mod cublaslt_scaled;
+mod device_io;
+mod dtype;
+mod error;
 pub mod hopper;
+mod launch;
+mod layer;
+mod lt_gemm;
 pub mod marlin;
 pub mod portable;
 pub mod quant;
+mod scratch;
 pub mod sources;
-mod tma;
 mod weights;
 
 pub use cublaslt_block::CublasLtBlockFp8;

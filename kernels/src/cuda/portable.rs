@@ -2,25 +2,25 @@
 //! accumulation, 1x128 activation / 128x128 weight scales applied per 128-long K block,
 //! masking for any M, N, K, split-K for small grids. The role the Triton block kernel plays
 //! upstream, with an honest arch (FP8 tensor-core instructions exist from sm_89 on).
+//! Source: `cu/block_gemm.cu`.
 
-use fp8_linear_core::kernel::processed;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
-use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
-use fp8_linear_core::quant::{GroupShape, ScaleDtype};
-use fp8_linear_core::validate::check_config_basics;
+use cudarc::driver::{CudaFunction, CudaModule, PushKernelArg};
 use fp8_linear_core::{
-    fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
-    TensorMut, Unsupported,
+    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
+    Unsupported,
 };
 use fp8_linear_cuda::cudarc;
-use fp8_linear_cuda::{DeviceBuffer, Gpu};
+use fp8_linear_cuda::Gpu;
 
-use super::common::{be, check_row_count, device_io, float_index, gpu_of, Scratch, FLOAT_NAMES};
-use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
+use super::block::{block_128_checks, row_major, ActLayout, BlockLayer};
+use super::dtype::float_index;
+use super::error::be;
+use super::launch::{elementwise, grid, launch, per_float};
+use super::layer::GpuLayer;
+use super::scratch::Scratch;
 use super::sources;
-use super::weights::DeviceWeights;
 
 const NAME: &str = PortableBlockFp8::NAME;
 
@@ -28,9 +28,7 @@ const NAME: &str = PortableBlockFp8::NAME;
 /// dynamic 1x128 activation groups, any M, N, K, bf16/f16/f32 in and out, optional bias.
 #[fp8_kernel(platform = Cuda, priority = 5, arch = sm89.., backend = portable)]
 pub struct PortableBlockFp8 {
-    config: LayerConfig,
-    gpu: Arc<Gpu>,
-    state: Option<State>,
+    layer: GpuLayer<State>,
     forced: (Option<u32>, Option<usize>),
 }
 
@@ -44,13 +42,10 @@ struct Variant {
 }
 
 struct State {
-    w: DeviceWeights,
-    /// Weight block scales `[ceil(n/128), ceil(k/128)]` row-major.
-    bs: DeviceBuffer<f32>,
-    quant: ActQuant,
+    /// Weights with row-major block scales, activations with row-major group scales.
+    block: BlockLayer,
     variants: Vec<Variant>,
     finalize: [CudaFunction; 3],
-    act: GroupQuantBuffers,
     ws: Scratch<f32>,
 }
 
@@ -59,9 +54,7 @@ impl PortableBlockFp8 {
     /// `process_weights`).
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(PortableBlockFp8 {
-            config: *ctx.config(),
-            gpu: gpu_of(NAME, ctx)?,
-            state: None,
+            layer: GpuLayer::new(NAME, ctx)?,
             forced: (None, None),
         })
     }
@@ -74,58 +67,8 @@ impl PortableBlockFp8 {
     }
 }
 
-/// Layers the block-FP8 CUDA kernels accept: 128x128 f32 weight blocks, dynamic 1x128 f32
-/// activation groups, float input and output.
-pub(crate) const fn block_128_checks(config: &LayerConfig) -> Result<(), Unsupported> {
-    if let Err(e) = check_config_basics(config) {
-        return Err(e);
-    }
-    match config.weight.group {
-        GroupShape::Block {
-            rows: 128,
-            cols: 128,
-        } => {}
-        _ => {
-            return Err(Unsupported::new(
-                "weights must be quantized in 128x128 blocks",
-            ))
-        }
-    }
-    if matches!(config.weight.scale_dtype, ScaleDtype::Ue8m0) {
-        return Err(Unsupported::new("ue8m0 weight scales are not supported"));
-    }
-    match config.activation {
-        Some(a) => {
-            if !matches!(a.group, GroupShape::Group { cols: 128 }) {
-                return Err(Unsupported::new(
-                    "activations must be quantized in 1x128 groups",
-                ));
-            }
-            if !a.dynamic {
-                return Err(Unsupported::new(
-                    "only dynamic per-token-group activation quantization is supported",
-                ));
-            }
-            if matches!(a.scale_dtype, ScaleDtype::Ue8m0) {
-                return Err(Unsupported::new(
-                    "ue8m0 activation scales are not supported",
-                ));
-            }
-        }
-        None => return Err(Unsupported::new("activations must be quantized (W8A8)")),
-    }
-    if matches!(config.input_dtype, DType::F8E4m3) {
-        return Err(Unsupported::new("input dtype must be f32, f16 or bf16"));
-    }
-    if matches!(config.output_dtype, DType::F8E4m3) {
-        return Err(Unsupported::new("output dtype must be f32, f16 or bf16"));
-    }
-    if config.n > i32::MAX as usize || config.k > i32::MAX as usize {
-        return Err(Unsupported::new("N and K must fit in 32 bits"));
-    }
-    Ok(())
-}
-
+/// The module for `mt` m16 tiles per warp with as many pipeline stages (2..=4) as the
+/// device's shared memory allows.
 fn load_variant(gpu: &Arc<Gpu>, mt: u32, optin: u32) -> Result<Variant, KernelError> {
     let stage_bytes = (32 * mt + 128) * 128;
     let stages = (optin / stage_bytes).clamp(2, 4);
@@ -133,32 +76,11 @@ fn load_variant(gpu: &Arc<Gpu>, mt: u32, optin: u32) -> Result<Variant, KernelEr
     let (module, _) = gpu
         .module(&sources::block_gemm_module(mt, stages))
         .map_err(be(NAME))?;
-    let f = |suffix: &str| -> Result<CudaFunction, KernelError> {
-        let name = format!("block_gemm_{suffix}");
-        let func = module
-            .load_function(&name)
-            .map_err(|e| KernelError::backend(NAME, format!("loading {name}: {e:?}")))?;
-        // SAFETY: a valid function handle; raising its dynamic shared memory limit.
-        unsafe {
-            cudarc::driver::result::function::set_function_attribute(
-                func.cu_function(),
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-        }
-        .map_err(|e| {
-            KernelError::backend(
-                NAME,
-                format!("setting {smem} B shared memory on {name}: {e:?}"),
-            )
-        })?;
-        Ok(func)
-    };
     Ok(Variant {
         mt,
         stages,
         smem,
-        gemm: [f(FLOAT_NAMES[0])?, f(FLOAT_NAMES[1])?, f(FLOAT_NAMES[2])?],
+        gemm: per_float(&module, "block_gemm", Some(smem)).map_err(be(NAME))?,
         _module: module,
     })
 }
@@ -169,63 +91,41 @@ impl Fp8Kernel for PortableBlockFp8 {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        let gpu = self.gpu.clone();
-        let w = DeviceWeights::load(NAME, &gpu, &self.config, weights)?;
-        let bs = DeviceBuffer::from_host(&gpu, &w.host_scales).map_err(be(NAME))?;
-        let quant = ActQuant::new(&gpu).map_err(be(NAME))?;
-        let optin = gpu
-            .context()
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-            .map_err(|e| KernelError::backend(NAME, format!("shared memory limit: {e:?}")))?
-            as u32;
+        let (gpu, config) = (&self.layer.gpu, &self.layer.config);
+        let block = BlockLayer::load(
+            NAME,
+            gpu,
+            config,
+            weights,
+            16,
+            row_major,
+            ActLayout::RowMajor,
+        )?;
+        let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
         let variants = [1, 2, 4]
             .into_iter()
-            .map(|mt| load_variant(&gpu, mt, optin))
+            .map(|mt| load_variant(gpu, mt, optin))
             .collect::<Result<Vec<_>, _>>()?;
-        let m0 = &variants[0]._module;
-        let fin = |s: &str| {
-            m0.load_function(&format!("splitk_finalize_{s}"))
-                .map_err(|e| {
-                    KernelError::backend(NAME, format!("loading splitk_finalize_{s}: {e:?}"))
-                })
-        };
-        let finalize = [fin("f32")?, fin("f16")?, fin("bf16")?];
-        self.state = Some(State {
-            w,
-            bs,
-            quant,
+        let finalize =
+            per_float(&variants[0]._module, "splitk_finalize", None).map_err(be(NAME))?;
+        self.layer.set(State {
+            block,
             variants,
             finalize,
-            act: GroupQuantBuffers::default(),
             ws: Scratch::default(),
         });
         Ok(())
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let c = self.config;
-        let gpu = self.gpu.clone();
-        let st = processed(&mut self.state, NAME)?;
-        let (m, x, out) = device_io(NAME, &c, &gpu, input, output)?;
-        let (n, k) = (c.n, c.k);
-        check_row_count(input, m, n)?;
+        let forced = self.forced;
+        let (c, gpu, st) = self.layer.processed(NAME)?;
+        let call = st.block.begin(NAME, c, gpu, input, output)?;
+        let (m, n, k) = (call.m, c.n, c.k);
         let kb = k.div_ceil(128);
-        let ldk = st.w.ldk;
-        let stream = gpu.raw_stream();
-        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU.
-        let (q, a_s) = unsafe {
-            st.act.quantize(
-                &st.quant,
-                &gpu,
-                x.ptr,
-                c.input_dtype,
-                (m, k, m, ldk),
-                ScaleOrder::RowMajor,
-            )
-        }
-        .map_err(be(NAME))?;
+        let ldk = st.block.w.ldk;
 
-        let v = match (self.forced.0, m) {
+        let v = match (forced.0, m) {
             (Some(1), _) | (None, 0..=32) => &st.variants[0],
             (Some(2), _) | (None, 33..=64) => &st.variants[1],
             _ => &st.variants[2],
@@ -234,7 +134,7 @@ impl Fp8Kernel for PortableBlockFp8 {
         let (gn, gm) = (n.div_ceil(128), m.div_ceil(bm));
         let tiles = gn * gm;
         let sms = gpu.device().sm_count.max(1) as usize;
-        let mut splits = match self.forced.1 {
+        let mut splits = match forced.1 {
             Some(s) => s.clamp(1, kb),
             None if tiles >= sms => 1,
             None => (2 * sms).div_ceil(tiles).min(kb),
@@ -250,69 +150,49 @@ impl Fp8Kernel for PortableBlockFp8 {
         }
         let oi = float_index("output", c.output_dtype)?;
         let ws = if splits > 1 {
-            let buf = st.ws.get(&gpu, m * n).map_err(be(NAME))?;
-            let p = buf.ptr();
-            // SAFETY: p addresses at least m*n floats of this GPU.
-            unsafe {
-                cudarc::driver::result::memset_d8_async(
-                    p,
-                    0,
-                    m * n * 4,
-                    stream as cudarc::driver::sys::CUstream,
-                )
-            }
-            .map_err(|e| {
-                KernelError::backend(NAME, format!("clearing the split-K workspace: {e:?}"))
-            })?;
+            let p = st.ws.get(gpu, m * n).map_err(be(NAME))?.ptr();
+            // SAFETY: p addresses at least m*n floats of this GPU; the layer's stream.
+            unsafe { gpu.memset_async(p, 0, m * n * 4) }
+                .map_err(|e| be(NAME)(e.within("clearing the split-K workspace")))?;
             p
         } else {
             0u64
         };
-        let bias = st.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
-        let (wptr, bsptr) = (st.w.codes.ptr(), st.bs.ptr());
+        let bias = st.block.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
+        let (wptr, bsptr) = (st.block.w.codes.ptr(), st.block.scales.ptr());
+        let (q, a_s, out) = (call.codes, call.scales, call.out);
         let (mi, ni, ki, kpi) = (m as i32, n as i32, k as i32, ldk as i32);
         let ld = ldk as i32;
         let kbs = kb_per_split as i32;
+        let s = gpu.stream();
+        let mut b = s.launch_builder(&v.gemm[oi]);
+        b.arg(&q)
+            .arg(&ld)
+            .arg(&a_s)
+            .arg(&wptr)
+            .arg(&ld)
+            .arg(&bsptr)
+            .arg(&out)
+            .arg(&ws)
+            .arg(&bias);
+        b.arg(&mi).arg(&ni).arg(&ki).arg(&kpi).arg(&kbs);
+        let cfg = grid((gn as u32, gm as u32, splits as u32), 256, v.smem);
         // SAFETY: the stream belongs to this GPU (checked ordinal); every pointer addresses
         // memory of the sizes the kernel reads/writes (A m*ldk, As m*kb, B n*ldk, Bs
         // ceil(n/128)*kb, out m*n, ws m*n when split); masking keeps accesses in bounds.
         unsafe {
-            let s = gpu.stream();
-            let mut b = s.launch_builder(&v.gemm[oi]);
-            b.arg(&q)
-                .arg(&ld)
-                .arg(&a_s)
-                .arg(&wptr)
-                .arg(&ld)
-                .arg(&bsptr)
-                .arg(&out.ptr)
-                .arg(&ws)
-                .arg(&bias);
-            b.arg(&mi).arg(&ni).arg(&ki).arg(&kpi).arg(&kbs);
-            b.launch(LaunchConfig {
-                grid_dim: (gn as u32, gm as u32, splits as u32),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: v.smem,
-            })
-            .map_err(|e| {
-                KernelError::backend(
-                    NAME,
-                    format!("launching block_gemm (BM={bm}, {} stages): {e:?}", v.stages),
-                )
-            })?;
-            if splits > 1 {
-                let blocks = ((m * n).div_ceil(256)).min(4096) as u32;
-                let mut f = s.launch_builder(&st.finalize[oi]);
-                f.arg(&ws).arg(&out.ptr).arg(&bias).arg(&mi).arg(&ni);
-                f.launch(LaunchConfig {
-                    grid_dim: (blocks, 1, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                })
-                .map_err(|e| {
-                    KernelError::backend(NAME, format!("launching splitk_finalize: {e:?}"))
-                })?;
-            }
+            launch(
+                b,
+                cfg,
+                format_args!("block_gemm (BM={bm}, {} stages)", v.stages),
+            )
+        }
+        .map_err(be(NAME))?;
+        if splits > 1 {
+            let mut f = s.launch_builder(&st.finalize[oi]);
+            f.arg(&ws).arg(&out).arg(&bias).arg(&mi).arg(&ni);
+            // SAFETY: ws holds the m*n partial sums, out m*n elements, bias n floats.
+            unsafe { launch(f, elementwise(m * n), "splitk_finalize") }.map_err(be(NAME))?;
         }
         Ok(())
     }

@@ -5,16 +5,19 @@
 //!
 //! The functions take raw device addresses (from
 //! [`DeviceBuffer::ptr`](fp8_linear_cuda::DeviceBuffer::ptr) or a tensor's
-//! [`DeviceMemory`](fp8_linear_core::DeviceMemory)) and enqueue on the given stream.
+//! [`DeviceMemory`](fp8_linear_core::DeviceMemory)) and enqueue on the stream of the GPU
+//! handle the kernels were loaded with.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaModule, PushKernelArg};
 use fp8_linear_core::DType;
 use fp8_linear_cuda::cudarc;
-use fp8_linear_cuda::{CudaError, Gpu, LoadStats};
+use fp8_linear_cuda::{function, CudaError, Gpu, LoadStats};
 
-use super::common::Scratch;
+use super::dtype::float_slot;
+use super::launch::{blocks, launch, per_float, THREADS};
+use super::scratch::Scratch;
 use super::sources;
 
 /// How the 1 x 128 group scales `[M, G]` are laid out.
@@ -40,44 +43,46 @@ pub struct ActQuant {
     stats: LoadStats,
 }
 
-fn idx(d: DType) -> Result<usize, CudaError> {
-    match d {
-        DType::F32 => Ok(0),
-        DType::F16 => Ok(1),
-        DType::Bf16 => Ok(2),
-        DType::F8E4m3 => Err(CudaError::InvalidArgument(
-            "activation quantization takes f32, f16 or bf16 input".into(),
-        )),
-    }
+/// The index of the input dtype into the function arrays.
+fn input_index(d: DType) -> Result<usize, CudaError> {
+    float_slot(d).ok_or_else(|| {
+        CudaError::InvalidArgument("activation quantization takes f32, f16 or bf16 input".into())
+    })
 }
 
 fn i32_of(what: &str, v: usize) -> Result<i32, CudaError> {
     i32::try_from(v).map_err(|_| CudaError::InvalidArgument(format!("{what} = {v} exceeds i32")))
 }
 
+/// The checks every quantization of `[m, k]` into rows of `ldq` codes starts with: returns
+/// the function index of `dtype` and M, K, ldq as the kernels' 32-bit integers.
+fn quant_dims(
+    what: &str,
+    dtype: DType,
+    m: usize,
+    k: usize,
+    ldq: usize,
+) -> Result<(usize, i32, i32, i32), CudaError> {
+    let t = input_index(dtype)?;
+    if ldq < k || m == 0 || k == 0 {
+        return Err(CudaError::InvalidArgument(format!(
+            "{what} quantization m={m} k={k} ldq={ldq}"
+        )));
+    }
+    Ok((t, i32_of("M", m)?, i32_of("K", k)?, i32_of("ldq", ldq)?))
+}
+
 impl ActQuant {
     /// Loads (compiles or reads from the cache) the quantization module on `gpu`.
     pub fn new(gpu: &Arc<Gpu>) -> Result<Self, CudaError> {
         let (module, stats) = gpu.module(&sources::quant_module())?;
-        let f = |name: String| {
-            module
-                .load_function(&name)
-                .map_err(|e| CudaError::driver(format!("loading function {name}"), e))
-        };
-        let each = |prefix: &str| -> Result<[CudaFunction; 3], CudaError> {
-            Ok([
-                f(format!("{prefix}_f32"))?,
-                f(format!("{prefix}_f16"))?,
-                f(format!("{prefix}_bf16"))?,
-            ])
-        };
         Ok(ActQuant {
             gpu: gpu.clone(),
-            group128: each("quant_group128")?,
-            rows: each("quant_rows")?,
-            absmax: each("absmax")?,
-            tensor: each("quant_tensor")?,
-            pad_rows: f("pad_rows_u8".into())?,
+            group128: per_float(&module, "quant_group128", None)?,
+            rows: per_float(&module, "quant_rows", None)?,
+            absmax: per_float(&module, "absmax", None)?,
+            tensor: per_float(&module, "quant_tensor", None)?,
+            pad_rows: function(&module, "pad_rows_u8")?,
             _module: module,
             stats,
         })
@@ -107,12 +112,7 @@ impl ActQuant {
         s: u64,
         order: ScaleOrder,
     ) -> Result<(), CudaError> {
-        let t = idx(dtype)?;
-        if ldq < k || m == 0 || k == 0 {
-            return Err(CudaError::InvalidArgument(format!(
-                "group quantization m={m} k={k} ldq={ldq}"
-            )));
-        }
+        let (t, mi, ki, ldqi) = quant_dims("group", dtype, m, k, ldq)?;
         let groups = k.div_ceil(128);
         let (s_row, s_col): (i64, i64) = match order {
             ScaleOrder::RowMajor => (groups as i64, 1),
@@ -128,11 +128,9 @@ impl ActQuant {
         let vec: i32 =
             (x.is_multiple_of(16) && k.is_multiple_of(if t == 0 { 4 } else { 8 })) as i32;
         let threads = (m as u64) * groups as u64 * 16;
-        let blocks = u32::try_from(threads.div_ceil(256))
+        let grid = u32::try_from(threads.div_ceil(THREADS as u64))
             .map_err(|_| CudaError::InvalidArgument("too many groups".into()))?;
-        let (mi, ki, ldqi) = (i32_of("M", m)?, i32_of("K", k)?, i32_of("ldq", ldq)?);
-        let st = self.gpu.stream();
-        let mut b = st.launch_builder(&self.group128[t]);
+        let mut b = self.gpu.stream().launch_builder(&self.group128[t]);
         b.arg(&x)
             .arg(&q)
             .arg(&s)
@@ -142,13 +140,8 @@ impl ActQuant {
             .arg(&s_row)
             .arg(&s_col)
             .arg(&vec);
-        b.launch(LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        })
-        .map_err(|e| CudaError::driver("launching quant_group128", e))?;
-        Ok(())
+        // SAFETY: the caller vouches for the buffers; the arguments match `quant_group128`.
+        unsafe { launch(b, blocks((grid, 1, 1)), "quant_group128") }
     }
 
     /// Dynamic per-token quantization: one scale per row into `s` (`m` floats), clamped to
@@ -168,16 +161,9 @@ impl ActQuant {
         s: u64,
         ub: Option<u64>,
     ) -> Result<(), CudaError> {
-        let t = idx(dtype)?;
-        if ldq < k || m == 0 || k == 0 {
-            return Err(CudaError::InvalidArgument(format!(
-                "per-token quantization m={m} k={k} ldq={ldq}"
-            )));
-        }
-        let (mi, ki, ldqi) = (i32_of("M", m)?, i32_of("K", k)?, i32_of("ldq", ldq)?);
+        let (t, mi, ki, ldqi) = quant_dims("per-token", dtype, m, k, ldq)?;
         let ub = ub.unwrap_or(0);
-        let st = self.gpu.stream();
-        let mut b = st.launch_builder(&self.rows[t]);
+        let mut b = self.gpu.stream().launch_builder(&self.rows[t]);
         b.arg(&x)
             .arg(&q)
             .arg(&s)
@@ -185,13 +171,8 @@ impl ActQuant {
             .arg(&ki)
             .arg(&ldqi)
             .arg(&ub);
-        b.launch(LaunchConfig {
-            grid_dim: (m.min(65535) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        })
-        .map_err(|e| CudaError::driver("launching quant_rows", e))?;
-        Ok(())
+        // SAFETY: the caller vouches for the buffers; the arguments match `quant_rows`.
+        unsafe { launch(b, blocks((m.min(65535) as u32, 1, 1)), "quant_rows") }
     }
 
     /// Per-tensor quantization with one scale: the static scale at device address
@@ -215,36 +196,27 @@ impl ActQuant {
         s_rows: Option<u64>,
         s_one: Option<u64>,
     ) -> Result<(), CudaError> {
-        let t = idx(dtype)?;
-        if ldq < k || m == 0 || k == 0 {
-            return Err(CudaError::InvalidArgument(format!(
-                "per-tensor quantization m={m} k={k} ldq={ldq}"
-            )));
-        }
-        let (mi, ki, ldqi) = (i32_of("M", m)?, i32_of("K", k)?, i32_of("ldq", ldq)?);
+        let (t, mi, ki, ldqi) = quant_dims("per-tensor", dtype, m, k, ldq)?;
         let st = self.gpu.stream();
         let amax = match static_scale {
             Some(_) => 0u64,
             None => {
-                cudarc::driver::result::memset_d8_async(amax_scratch, 0, 4, st.cu_stream())
-                    .map_err(|e| CudaError::driver("clearing the absmax", e))?;
+                // SAFETY: the caller vouches for the one u32 at amax_scratch.
+                unsafe { self.gpu.memset_async(amax_scratch, 0, 4) }
+                    .map_err(|e| e.within("clearing the absmax"))?;
                 let n = (m * k) as i64;
-                let blocks = ((m * k).div_ceil(256 * 8)).clamp(1, 4096) as u32;
+                let grid = ((m * k).div_ceil(THREADS as usize * 8)).clamp(1, 4096) as u32;
                 let mut b = st.launch_builder(&self.absmax[t]);
                 b.arg(&x).arg(&n).arg(&amax_scratch);
-                b.launch(LaunchConfig {
-                    grid_dim: (blocks, 1, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                })
-                .map_err(|e| CudaError::driver("launching absmax", e))?;
+                // SAFETY: x holds m * k elements (the caller); the arguments match `absmax`.
+                unsafe { launch(b, blocks((grid, 1, 1)), "absmax")? };
                 amax_scratch
             }
         };
         let scale = static_scale.unwrap_or(0);
         let s_rows = s_rows.unwrap_or(0);
         let s_one = s_one.unwrap_or(0);
-        let gx = (ldq.div_ceil(256 * 4)).clamp(1, 64) as u32;
+        let gx = (ldq.div_ceil(THREADS as usize * 4)).clamp(1, 64) as u32;
         let gy = m.min(65535) as u32;
         let mut b = st.launch_builder(&self.tensor[t]);
         b.arg(&x)
@@ -256,13 +228,8 @@ impl ActQuant {
             .arg(&amax)
             .arg(&s_rows)
             .arg(&s_one);
-        b.launch(LaunchConfig {
-            grid_dim: (gx, gy, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        })
-        .map_err(|e| CudaError::driver("launching quant_tensor", e))?;
-        Ok(())
+        // SAFETY: the caller vouches for the buffers; the arguments match `quant_tensor`.
+        unsafe { launch(b, blocks((gx, gy, 1)), "quant_tensor") }
     }
 
     /// Copies `rows` rows of `cols` bytes from `src` into rows of `ld` bytes at `dst`,
@@ -288,20 +255,15 @@ impl ActQuant {
             i32_of("cols", cols)?,
             i32_of("ld", ld)?,
         );
-        let st = self.gpu.stream();
-        let mut b = st.launch_builder(&self.pad_rows);
+        let mut b = self.gpu.stream().launch_builder(&self.pad_rows);
         b.arg(&src).arg(&dst).arg(&r).arg(&c).arg(&l);
-        b.launch(LaunchConfig {
-            grid_dim: (
-                (ld.div_ceil(256)).clamp(1, 64) as u32,
-                rows.clamp(1, 65535) as u32,
-                1,
-            ),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        })
-        .map_err(|e| CudaError::driver("launching pad_rows_u8", e))?;
-        Ok(())
+        let grid = (
+            (ld.div_ceil(THREADS as usize)).clamp(1, 64) as u32,
+            rows.clamp(1, 65535) as u32,
+            1,
+        );
+        // SAFETY: the caller vouches for both buffers; the arguments match `pad_rows_u8`.
+        unsafe { launch(b, blocks(grid), "pad_rows_u8") }
     }
 }
 

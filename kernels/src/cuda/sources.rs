@@ -1,44 +1,64 @@
-//! The CUDA C sources of the kernels, embedded in the binary and compiled by NVRTC at run
-//! time (header-free: no CUDA toolkit needed to build or run).
+//! Every CUDA C source of the kernels and every module built from them: the one registry.
+//! The sources live in `cu/`, are embedded in the binary and compiled by NVRTC at run time
+//! (header-free: no CUDA toolkit needed to build or run). A module built on the shared device
+//! helpers gets `cu/common.cuh` put before its body at compile time of this crate.
 
 use fp8_linear_cuda::ModuleSpec;
 
-/// Device helpers shared by every module (e4m3 encoding, bf16/f16 conversion).
-pub const COMMON: &str = include_str!("cu/common.cuh");
-/// Activation quantization kernels and the weight row-padding kernel.
-pub const QUANT_BODY: &str = include_str!("cu/quant.cu");
-/// The portable block-FP8 GEMM and its split-K epilogue.
-pub const BLOCK_GEMM_BODY: &str = include_str!("cu/block_gemm.cu");
+use super::marlin::plan::MarlinPipeline;
 
-fn joined(body: &str) -> &'static str {
-    // Leaked once per module kind (a handful of strings per process).
-    Box::leak(format!("{COMMON}\n{body}").into_boxed_str())
+/// The text of `cu/<file>`.
+macro_rules! cu {
+    ($file:literal) => {
+        include_str!(concat!("cu/", $file))
+    };
 }
+
+/// The shared helpers, a newline, then `cu/<file>`: the source of a module built on them.
+macro_rules! with_common {
+    ($file:literal) => {
+        concat!(cu!("common.cuh"), "\n", cu!($file))
+    };
+}
+
+/// Device helpers shared by every module (e4m3 encoding, bf16/f16 conversion).
+pub const COMMON: &str = cu!("common.cuh");
+/// Activation quantization kernels and the weight row-padding kernel.
+pub const QUANT_BODY: &str = cu!("quant.cu");
+/// The portable block-FP8 GEMM and its split-K epilogue.
+pub const BLOCK_GEMM_BODY: &str = cu!("block_gemm.cu");
+/// The Hopper block-FP8 GEMM (wgmma + TMA) and its split-K epilogue.
+pub const HOPPER_GEMM_BODY: &str = cu!("hopper_gemm.cu");
+/// The Marlin-class W8A16 kernel (standalone: it does not use the shared helpers).
+pub const MARLIN: &str = cu!("marlin.cu");
 
 /// The quantization module.
 pub fn quant_module() -> ModuleSpec {
-    use std::sync::OnceLock;
-    static SRC: OnceLock<&'static str> = OnceLock::new();
-    ModuleSpec::new("fp8_quant", SRC.get_or_init(|| joined(QUANT_BODY)))
+    ModuleSpec::new("fp8_quant", with_common!("quant.cu"))
 }
 
 /// The portable GEMM module for `mt` m16 tiles per warp (BM = 32 * mt) and `stages`
 /// pipeline stages.
 pub fn block_gemm_module(mt: u32, stages: u32) -> ModuleSpec {
-    use std::sync::OnceLock;
-    static SRC: OnceLock<&'static str> = OnceLock::new();
-    ModuleSpec::new(
-        "fp8_block_gemm",
-        SRC.get_or_init(|| joined(BLOCK_GEMM_BODY)),
-    )
-    .option(format!("-DMT={mt}"))
-    .option(format!("-DSTAGES={stages}"))
+    ModuleSpec::new("fp8_block_gemm", with_common!("block_gemm.cu"))
+        .option(format!("-DMT={mt}"))
+        .option(format!("-DSTAGES={stages}"))
+}
+
+/// The Hopper module (compiled for the arch-specific `sm_90a`).
+pub fn hopper_module() -> ModuleSpec {
+    ModuleSpec::new("fp8_hopper_gemm", with_common!("hopper_gemm.cu")).arch_specific()
+}
+
+/// The Marlin module with the pipeline depth and occupancy of `tuning`. Load it with
+/// [`Gpu::module_for`](fp8_linear_cuda::Gpu::module_for) to compile for an older target.
+pub fn marlin_module(tuning: &MarlinPipeline) -> ModuleSpec {
+    ModuleSpec::new("marlin_w8a16", MARLIN).with_options(tuning.defines())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fp8_linear_cuda::nvrtc;
 
     /// A line-by-line port of the device encoder `f32_to_e4m3` in `cu/common.cuh` (integer
     /// RNE on the f32 bits), checked against core's reference encoder on every 251st f32 bit
@@ -104,30 +124,44 @@ mod tests {
         }
     }
 
-    /// Compiles every module for sm_89 and sm_90 when NVRTC is installed (no GPU needed);
-    /// prints why it skipped otherwise.
+    /// The modules are the shared helpers then the body, as the kernels always compiled them
+    /// (the disk cache's keys hash the source).
+    #[test]
+    fn module_sources_put_the_helpers_first() {
+        for (spec, body) in [
+            (quant_module(), QUANT_BODY),
+            (block_gemm_module(1, 4), BLOCK_GEMM_BODY),
+            (hopper_module(), HOPPER_GEMM_BODY),
+        ] {
+            assert_eq!(spec.source, format!("{COMMON}\n{body}"), "{}", spec.name);
+        }
+        assert_eq!(marlin_module(&MarlinPipeline::default()).source, MARLIN);
+        assert!(hopper_module().arch_specific);
+        assert!(!quant_module().arch_specific);
+    }
+
+    /// Compiles every module for the targets it runs on when NVRTC is installed (no GPU
+    /// needed); prints why it skipped otherwise.
     #[test]
     fn sources_compile_with_nvrtc() {
         if let Err(e) = fp8_linear_cuda::probe::nvrtc() {
             eprintln!("skipped: {e}");
             return;
         }
-        let specs = [
-            quant_module(),
-            block_gemm_module(1, 4),
-            block_gemm_module(2, 4),
-            block_gemm_module(4, 4),
-            block_gemm_module(4, 3),
+        let tuning = MarlinPipeline::default();
+        // FP8 mma needs sm_89; wgmma and TMA sm_90a; Marlin's bf16 mma sm_80.
+        let specs: [(ModuleSpec, &[&str]); 7] = [
+            (quant_module(), &["sm_80", "sm_89", "sm_90"]),
+            (block_gemm_module(1, 4), &["sm_89", "sm_90"]),
+            (block_gemm_module(2, 4), &["sm_89", "sm_90"]),
+            (block_gemm_module(4, 4), &["sm_89", "sm_90"]),
+            (block_gemm_module(4, 3), &["sm_89", "sm_90"]),
+            (hopper_module(), &["sm_90a"]),
+            (marlin_module(&tuning), &["sm_80", "sm_86", "sm_89"]),
         ];
-        for arch in ["sm_89", "sm_90", "sm_80"] {
-            for spec in &specs {
-                if arch == "sm_80" && spec.name != "fp8_quant" {
-                    continue; // FP8 mma needs sm_89
-                }
-                let mut opts = vec!["--std=c++17".to_string(), "-default-device".to_string()];
-                opts.extend(spec.options.iter().cloned());
-                let cubin = nvrtc::compile_cubin(spec.name, spec.source, arch, &opts, &[])
-                    .unwrap_or_else(|e| panic!("{e}"));
+        for (spec, arches) in &specs {
+            for arch in *arches {
+                let cubin = spec.compile_cubin(arch).unwrap_or_else(|e| panic!("{e}"));
                 assert!(cubin.len() > 1000, "{} {arch}", spec.name);
             }
         }

@@ -9,7 +9,8 @@ use fp8_linear_core::validate::check_layer_weights;
 use fp8_linear_core::{DType, KernelError, LayerConfig, LayerWeights, Tensor};
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
-use super::common::{be, padded_k, same_device};
+use super::device_io::{download, same_device};
+use super::error::be;
 use super::quant::ActQuant;
 
 /// Weights as the CUDA kernels use them.
@@ -41,14 +42,8 @@ pub fn small_to_host(
         Storage::F16(s) => s[..n].iter().map(|v| v.to_f32()).collect(),
         Storage::Bf16(s) => s[..n].iter().map(|v| v.to_f32()).collect(),
         Storage::Device(mem, DType::F32) => {
-            same_device(what, &mem, gpu)?;
             let mut out = vec![0f32; n];
-            gpu.context()
-                .bind_to_thread()
-                .map_err(|e| KernelError::backend(kernel, format!("binding the context: {e:?}")))?;
-            // SAFETY: check_layer_weights verified the buffer holds n f32; synchronous copy.
-            unsafe { fp8_linear_cuda::cudarc::driver::result::memcpy_dtoh_sync(&mut out, mem.ptr) }
-                .map_err(|e| KernelError::backend(kernel, format!("downloading {what}: {e:?}")))?;
+            download(kernel, what, &mem, gpu, &mut out)?;
             out
         }
         _ => {
@@ -59,6 +54,11 @@ pub fn small_to_host(
             })
         }
     })
+}
+
+/// K rounded up to 16 (the row stride of FP8 operands, so every row is 16-byte aligned).
+pub const fn padded_k(k: usize) -> usize {
+    k.div_ceil(16) * 16
 }
 
 impl DeviceWeights {

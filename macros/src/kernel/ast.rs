@@ -1,28 +1,125 @@
-//! Parse: `key = value` pairs into a raw model. Values are kept as expressions here and
-//! interpreted (with their spans) by `valid`.
+//! Parse: the attribute's `key = value` pairs into a raw model. Keys are matched by peeking
+//! the keywords of [`crate::kw`]; values are kept as expressions and interpreted, with their
+//! spans, by [`super::attr`].
 
+use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Token};
 
+use crate::kw;
+
+/// Defines [`Key`] and the keyword peek that recognizes it from one list, so each key's name
+/// is written once (as its keyword).
+macro_rules! keys {
+    ($($kw:ident => $key:ident),* $(,)?) => {
+        /// A key `#[fp8_kernel(...)]` accepts.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+        pub enum Key {
+            $(
+                #[doc = concat!("`", stringify!($kw), " = ...`")]
+                $key,
+            )*
+            /// `crate = path`
+            Crate,
+        }
+
+        impl Key {
+            /// Every key, in the order the "unsupported argument" message lists them.
+            pub const ALL: &'static [Key] = &[$(Key::$key,)* Key::Crate];
+
+            /// The key as written.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Key::$key => stringify!($kw),)*
+                    Key::Crate => "crate",
+                }
+            }
+        }
+
+        /// The known key at the cursor, consumed, with its span; None (nothing consumed)
+        /// when the next token is not one.
+        fn peek_key(input: ParseStream) -> syn::Result<Option<(Key, Span)>> {
+            $(
+                if input.peek(kw::$kw) {
+                    let k = input.parse::<kw::$kw>()?;
+                    return Ok(Some((Key::$key, k.span)));
+                }
+            )*
+            if input.peek(Token![crate]) {
+                let k = input.parse::<Token![crate]>()?;
+                return Ok(Some((Key::Crate, k.span)));
+            }
+            Ok(None)
+        }
+    };
+}
+
+keys! {
+    platform => Platform,
+    priority => Priority,
+    arch => Arch,
+    params => Params,
+    numerics => Numerics,
+    backend => Backend,
+    force_arch => ForceArch,
+}
+
+impl Key {
+    /// Every key's name, comma-separated.
+    pub fn expected() -> String {
+        Key::ALL
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The key of one argument as written.
+#[derive(Clone, Debug)]
+pub enum RawKey {
+    /// A key the attribute knows, at its span.
+    Known(Key, Span),
+    /// Any other identifier (reported by `attr`, with every other error).
+    Unknown(Ident),
+}
+
+impl RawKey {
+    /// Where the key was written.
+    pub fn span(&self) -> Span {
+        match self {
+            RawKey::Known(_, s) => *s,
+            RawKey::Unknown(id) => id.span(),
+        }
+    }
+}
+
 /// One `key = value` argument.
 pub struct RawArg {
-    /// The key as written (`crate` included, hence `parse_any`).
-    pub key: Ident,
+    /// The key.
+    pub key: RawKey,
     /// The value expression: a path (`Cuda`), an integer, a range (`sm75..sm89`), an array
-    /// (`[weight, weight_scale]`).
+    /// (`[weight, weight_scale]`), a string.
     pub value: Expr,
 }
 
 impl Parse for RawArg {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let key = Ident::parse_any(input)?;
+        let key = match peek_key(input)? {
+            Some((k, span)) => RawKey::Known(k, span),
+            None => RawKey::Unknown(Ident::parse_any(input)?),
+        };
         if !input.peek(Token![=]) {
+            let written = match &key {
+                RawKey::Known(k, _) => k.name().to_string(),
+                RawKey::Unknown(id) => id.to_string(),
+            };
             return Err(syn::Error::new(
                 key.span(),
                 format!(
-                    "expected `{key} = ...`: every fp8_kernel argument is a `key = value` pair"
+                    "expected `{written} = ...`: every fp8_kernel argument is a `key = value` pair"
                 ),
             ));
         }
@@ -32,18 +129,90 @@ impl Parse for RawArg {
     }
 }
 
-/// All arguments of one attribute.
+/// All arguments of one attribute, in source order.
 pub struct RawArgs {
-    /// Arguments in source order.
+    /// The arguments.
     pub args: Vec<RawArg>,
 }
 
-impl RawArgs {
-    /// Parses a comma-separated list (trailing comma allowed).
-    pub fn parse_terminated(input: ParseStream) -> syn::Result<Self> {
+impl Parse for RawArgs {
+    /// A comma-separated list (trailing comma allowed).
+    fn parse(input: ParseStream) -> syn::Result<Self> {
         let list = Punctuated::<RawArg, Token![,]>::parse_terminated(input)?;
         Ok(RawArgs {
             args: list.into_iter().collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<RawArgs> {
+        syn::parse2(tokens)
+    }
+
+    fn keys(args: &RawArgs) -> Vec<String> {
+        args.args
+            .iter()
+            .map(|a| match &a.key {
+                RawKey::Known(k, _) => k.name().to_string(),
+                RawKey::Unknown(id) => format!("?{id}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_key_is_recognized_by_its_keyword() {
+        let args = parse(quote!(
+            platform = Cuda,
+            priority = 4,
+            arch = sm80..sm89,
+            params = [weight],
+            numerics = W8A16,
+            backend = marlin,
+            force_arch = sm80..,
+            crate = fp8_linear,
+        ))
+        .unwrap();
+        assert_eq!(
+            keys(&args),
+            [
+                "platform",
+                "priority",
+                "arch",
+                "params",
+                "numerics",
+                "backend",
+                "force_arch",
+                "crate"
+            ]
+        );
+        assert_eq!(
+            Key::expected(),
+            "platform, priority, arch, params, numerics, backend, force_arch, crate"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_kept_for_attr_to_report() {
+        let args = parse(quote!(colour = red, priority = 1)).unwrap();
+        assert_eq!(keys(&args), ["?colour", "priority"]);
+    }
+
+    #[test]
+    fn a_key_without_a_value_is_a_parse_error_at_the_key() {
+        let err = parse(quote!(platform = Cpu, priority)).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "expected `priority = ...`: every fp8_kernel argument is a `key = value` pair"
+        );
+    }
+
+    #[test]
+    fn empty_attribute_parses() {
+        assert!(parse(quote!()).unwrap().args.is_empty());
     }
 }

@@ -1,105 +1,98 @@
-//! Validate: interpret the raw arguments into a checked [`KernelSpec`], collecting every
-//! error at the user's tokens.
+//! Validate: the rules across arguments (each key at most once, `platform` and `priority`
+//! required, Cuda kernels declare `arch`) and on the item (a struct or enum, not generic),
+//! producing the checked [`KernelSpec`]. Every error is collected, spanned at the user's
+//! tokens.
 
 use proc_macro2::Span;
-use quote::ToTokens;
-use syn::spanned::Spanned;
-use syn::{Expr, ExprLit, ExprPath, ExprRange, Ident, Lit, RangeLimits};
+use syn::spanned::Spanned as _;
+use syn::Ident;
 
-use super::ast::RawArgs;
+use super::ast::Key;
+use super::attr::{Arch, Attr, Value};
 use crate::errors::Errors;
-use crate::kw::{KERNEL_KEYS, PLATFORMS};
-
-/// A compute capability as (major, minor).
-pub type Cap = (u8, u8);
-
-/// A checked `arch` value.
-#[derive(Clone, Copy)]
-pub enum Arch {
-    /// `any`
-    Any,
-    /// `sm90` / `sm90a`
-    Exact(Cap, bool),
-    /// `sm89..`
-    AtLeast(Cap),
-    /// `sm75..sm89`
-    Range(Cap, Cap),
-}
+use crate::vocab::{Numerics, Platform, Spanned};
 
 /// The checked attribute.
 pub struct KernelSpec {
     /// The kernel type's name.
     pub name: Ident,
-    /// Platform variant name (one of [`PLATFORMS`]), spanned at the user's token.
-    pub platform: Ident,
+    /// The platform, at the user's token.
+    pub platform: Spanned<Platform>,
     /// Priority, >= 1.
     pub priority: u16,
-    /// Declared arch.
+    /// Declared arch (`Any` when not given, which only non-Cuda kernels may do).
     pub arch: Arch,
     /// Arch allowed when forced.
     pub force_arch: Option<Arch>,
-    /// Declared params (as written, spanned at the user's names), with the span of the
+    /// Declared params (as written, each spanned at the user's name), at the span of the
     /// `params` value.
-    pub params: Option<(Span, Vec<Ident>)>,
-    /// Declared numerics variant (`Layer` or `W8A16`), spanned at the user's token.
-    pub numerics: Option<Ident>,
+    pub params: Option<Spanned<Vec<Ident>>>,
+    /// Declared numerics, at the user's token.
+    pub numerics: Option<Spanned<Numerics>>,
     /// Backend family name.
     pub backend: String,
     /// Path of the crate that re-exports `__private` (default `::fp8_linear`).
     pub krate: syn::Path,
 }
 
-/// Checks the arguments and the item; returns every problem at once.
-pub fn validate(raw: RawArgs, item: &syn::Item) -> syn::Result<KernelSpec> {
-    let mut errs = Errors::default();
-    let name = match item {
-        syn::Item::Struct(s) => {
-            check_generics(&s.generics, &mut errs);
-            Some(s.ident.clone())
+/// The name of the kernel type `#[fp8_kernel]` is on, when the item is a struct or enum
+/// (generic or not): enough for the items emitted even when the attribute has errors.
+pub fn item_name(item: &syn::Item) -> Option<(&Ident, &syn::Generics)> {
+    match item {
+        syn::Item::Struct(s) => Some((&s.ident, &s.generics)),
+        syn::Item::Enum(e) => Some((&e.ident, &e.generics)),
+        _ => None,
+    }
+}
+
+/// Checks the interpreted arguments and the item. `errs` may already hold the errors of
+/// `attr`; the spec is returned only when there are none at all.
+pub fn validate(attrs: &[Attr], item: &syn::Item, mut errs: Errors) -> syn::Result<KernelSpec> {
+    let name = match item_name(item) {
+        Some((name, generics)) => {
+            if !generics.params.is_empty() {
+                errs.spanned(
+                    generics,
+                    "#[fp8_kernel] types cannot be generic: a table entry names one concrete kernel",
+                );
+            }
+            Some(name.clone())
         }
-        syn::Item::Enum(e) => {
-            check_generics(&e.generics, &mut errs);
-            Some(e.ident.clone())
-        }
-        other => {
+        None => {
             errs.spanned(
-                other,
+                item,
                 "#[fp8_kernel] goes on a struct or enum that implements Fp8Kernel",
             );
             None
         }
     };
 
-    let mut seen: Vec<String> = Vec::new();
+    let mut seen: Vec<Key> = Vec::new();
     let mut platform = None;
     let mut priority = None;
     let mut arch = None;
     let mut force_arch = None;
     let mut params = None;
-    let mut backend = None;
     let mut numerics = None;
+    let mut backend = None;
     let mut krate = None;
-    for arg in &raw.args {
-        let key = arg.key.to_string();
-        if seen.contains(&key) {
-            errs.spanned(&arg.key, format!("`{key}` set more than once"));
+    for a in attrs {
+        if seen.contains(&a.key) {
+            errs.at(a.key_span, format!("`{}` set more than once", a.key.name()));
             continue;
         }
-        seen.push(key.clone());
-        let v = &arg.value;
-        match key.as_str() {
-            "platform" => platform = platform_value(v, &mut errs),
-            "priority" => priority = priority_value(v, &mut errs),
-            "arch" => arch = arch_value(v, &mut errs),
-            "force_arch" => force_arch = arch_value(v, &mut errs),
-            "params" => params = params_value(v, &mut errs),
-            "backend" => backend = backend_value(v, &mut errs),
-            "crate" => krate = crate_value(v, &mut errs),
-            "numerics" => numerics = numerics_value(v, &mut errs),
-            _ => errs.spanned(
-                &arg.key,
-                format!("unsupported fp8_kernel argument `{key}`; expected one of: {KERNEL_KEYS}"),
-            ),
+        seen.push(a.key);
+        let span = a.span;
+        match a.value.clone() {
+            None => {}
+            Some(Value::Platform(p)) => platform = Some(Spanned::new(p, span)),
+            Some(Value::Priority(p)) => priority = Some(p),
+            Some(Value::Arch(x)) if a.key == Key::ForceArch => force_arch = Some(x),
+            Some(Value::Arch(x)) => arch = Some(x),
+            Some(Value::Params(p)) => params = Some(Spanned::new(p, span)),
+            Some(Value::Numerics(n)) => numerics = Some(Spanned::new(n, span)),
+            Some(Value::Backend(b)) => backend = Some(b),
+            Some(Value::Crate(c)) => krate = Some(c),
         }
     }
 
@@ -107,22 +100,25 @@ pub fn validate(raw: RawArgs, item: &syn::Item) -> syn::Result<KernelSpec> {
         .as_ref()
         .map(Ident::span)
         .unwrap_or_else(|| item.span());
-    if platform.is_none() && !seen.iter().any(|k| k == "platform") {
+    if !seen.contains(&Key::Platform) {
         errs.at(
             anchor,
-            "#[fp8_kernel] needs `platform = Cuda | Rocm | Cpu | Xpu | Tpu`",
+            format!(
+                "#[fp8_kernel] needs `platform = {}`",
+                Platform::expected().replace(", ", " | ")
+            ),
         );
     }
-    if priority.is_none() && !seen.iter().any(|k| k == "priority") {
+    if !seen.contains(&Key::Priority) {
         errs.at(
             anchor,
             "#[fp8_kernel] needs `priority = N` (its default position in a table; 1 is tried first)",
         );
     }
     if let Some(p) = &platform {
-        if *p == "Cuda" && arch.is_none() && !seen.iter().any(|k| k == "arch") {
-            errs.spanned(
-                p,
+        if p.value == Platform::Cuda && !seen.contains(&Key::Arch) {
+            errs.at(
+                p.span,
                 "Cuda kernels must declare `arch = ...`, the compute capabilities their code runs on \
                  (e.g. `arch = sm89..`, `arch = sm90a`, `arch = sm75..sm89`)",
             );
@@ -130,18 +126,22 @@ pub fn validate(raw: RawArgs, item: &syn::Item) -> syn::Result<KernelSpec> {
     }
     errs.finish()?;
 
-    let platform: Ident = platform.expect("checked above");
-    let backend = backend.unwrap_or_else(|| {
-        if platform == "Cpu" {
-            "cpu".to_string()
-        } else {
-            "native".to_string()
-        }
+    // No errors: every required value is present (a key with an invalid value records an
+    // error), and the item is a struct or enum.
+    let (Some(name), Some(platform), Some(priority)) = (name, platform, priority) else {
+        return Err(syn::Error::new(
+            Span::call_site(),
+            "internal error: fp8_kernel validated without a name, platform or priority",
+        ));
+    };
+    let backend = backend.unwrap_or_else(|| match platform.value {
+        Platform::Cpu => "cpu".to_string(),
+        _ => "native".to_string(),
     });
     Ok(KernelSpec {
-        name: name.expect("checked above"),
+        name,
         platform,
-        priority: priority.expect("checked above"),
+        priority,
         arch: arch.unwrap_or(Arch::Any),
         force_arch,
         params,
@@ -151,287 +151,168 @@ pub fn validate(raw: RawArgs, item: &syn::Item) -> syn::Result<KernelSpec> {
     })
 }
 
-fn check_generics(g: &syn::Generics, errs: &mut Errors) {
-    if !g.params.is_empty() {
-        errs.spanned(
-            g,
-            "#[fp8_kernel] types cannot be generic: a table entry names one concrete kernel",
-        );
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::{ast::RawArgs, attr};
+    use quote::quote;
 
-fn path_ident(v: &Expr) -> Option<&Ident> {
-    match v {
-        Expr::Path(ExprPath {
-            path, qself: None, ..
-        }) => path.get_ident(),
-        _ => None,
+    fn check(
+        args: proc_macro2::TokenStream,
+        item: proc_macro2::TokenStream,
+    ) -> Result<KernelSpec, Vec<String>> {
+        let raw: RawArgs = syn::parse2(args).unwrap();
+        let item: syn::Item = syn::parse2(item).unwrap();
+        let mut errs = Errors::default();
+        let attrs = attr::interpret(&raw, &mut errs);
+        validate(&attrs, &item, errs).map_err(|e| e.into_iter().map(|e| e.to_string()).collect())
     }
-}
 
-fn describe(v: &Expr) -> &'static str {
-    match v {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(_), ..
-        }) => "a string",
-        Expr::Lit(ExprLit {
-            lit: Lit::Int(_), ..
-        }) => "an integer",
-        Expr::Lit(ExprLit {
-            lit: Lit::Float(_), ..
-        }) => "a float",
-        Expr::Lit(ExprLit {
-            lit: Lit::Bool(_), ..
-        }) => "a bool",
-        Expr::Lit(_) => "a literal",
-        Expr::Path(_) => "a path",
-        Expr::Array(_) => "an array",
-        Expr::Range(_) => "a range",
-        Expr::Unary(_) => "a negative number",
-        _ => "an expression",
-    }
-}
-
-fn platform_value(v: &Expr, errs: &mut Errors) -> Option<Ident> {
-    match path_ident(v) {
-        Some(id) if PLATFORMS.iter().any(|p| id == p) => Some(id.clone()),
-        Some(id) => {
-            errs.spanned(
-                id,
-                format!(
-                    "unknown platform `{id}`; expected one of: {}",
-                    PLATFORMS.join(", ")
-                ),
-            );
-            None
-        }
-        None => {
-            errs.spanned(
-                v,
-                format!(
-                    "`platform` expects one of {}, found {}",
-                    PLATFORMS.join(", "),
-                    describe(v)
-                ),
-            );
-            None
-        }
-    }
-}
-
-fn priority_value(v: &Expr, errs: &mut Errors) -> Option<u16> {
-    if let Expr::Lit(ExprLit {
-        lit: Lit::Int(i), ..
-    }) = v
-    {
-        match i.base10_parse::<u16>() {
-            Ok(0) => errs.spanned(i, "`priority` starts at 1 (1 is tried first)"),
-            Ok(p) => return Some(p),
-            Err(_) => errs.spanned(i, "`priority` must fit in a u16 (1..=65535)"),
-        }
-        return None;
-    }
-    errs.spanned(
-        v,
-        format!(
-            "`priority` expects an integer (1 is tried first), found {}",
-            describe(v)
-        ),
-    );
-    None
-}
-
-/// `sm90`, `sm90a`, `sm120` -> ((9, 0), false), ((9, 0), true), ((12, 0), false)
-fn sm(id: &Ident, errs: &mut Errors) -> Option<(Cap, bool)> {
-    let s = id.to_string();
-    let parsed = s.strip_prefix("sm").and_then(|rest| {
-        let (digits, specific) = match rest.strip_suffix('a') {
-            Some(d) => (d, true),
-            None => (rest, false),
-        };
-        if !(2..=3).contains(&digits.len()) || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let (maj, min) = digits.split_at(digits.len() - 1);
-        Some(((maj.parse().ok()?, min.parse().ok()?), specific))
-    });
-    if parsed.is_none() {
-        errs.spanned(
-            id,
-            format!(
-                "`{s}` is not a compute capability; write smXY or smXYa (e.g. sm80, sm89, sm90a)"
+    fn errors(args: proc_macro2::TokenStream) -> Vec<String> {
+        match check(
+            args,
+            quote!(
+                pub struct K;
             ),
-        );
-    }
-    parsed
-}
-
-fn arch_value(v: &Expr, errs: &mut Errors) -> Option<Arch> {
-    const SHAPES: &str =
-        "`any`, `sm90a` (exactly), `sm89..` (or newer) or `sm75..sm89` (up to before)";
-    match v {
-        Expr::Path(_) => {
-            let Some(id) = path_ident(v) else {
-                errs.spanned(
-                    v,
-                    format!("`arch` expects {SHAPES}, found a path; write the capability alone"),
-                );
-                return None;
-            };
-            if id == "any" {
-                return Some(Arch::Any);
-            }
-            let (cap, specific) = sm(id, errs)?;
-            Some(Arch::Exact(cap, specific))
-        }
-        Expr::Range(ExprRange {
-            start, limits, end, ..
-        }) => {
-            if let RangeLimits::Closed(t) = limits {
-                errs.spanned(t, "use `lo..hi` (hi excluded), not `..=`");
-                return None;
-            }
-            let lo = match start.as_deref().and_then(path_ident) {
-                Some(id) => sm(id, errs),
-                None => {
-                    errs.spanned(
-                        v,
-                        format!("`arch` range needs a lower bound; expected {SHAPES}"),
-                    );
-                    return None;
-                }
-            }?;
-            if lo.1 {
-                errs.spanned(
-                    start,
-                    "an `a` target (sm90a) runs on one capability only; it cannot start a range",
-                );
-                return None;
-            }
-            match end.as_deref() {
-                None => Some(Arch::AtLeast(lo.0)),
-                Some(e) => {
-                    let Some(id) = path_ident(e) else {
-                        errs.spanned(e, format!("expected {SHAPES}"));
-                        return None;
-                    };
-                    let (hi, specific) = sm(id, errs)?;
-                    if specific {
-                        errs.spanned(id, "a range bound cannot be an `a` target");
-                        return None;
-                    }
-                    if hi <= lo.0 {
-                        errs.spanned(
-                            v,
-                            "empty `arch` range: the upper bound must be above the lower bound",
-                        );
-                        return None;
-                    }
-                    Some(Arch::Range(lo.0, hi))
-                }
-            }
-        }
-        _ => {
-            errs.spanned(v, format!("`arch` expects {SHAPES}, found {}", describe(v)));
-            None
+        ) {
+            Ok(_) => Vec::new(),
+            Err(e) => e,
         }
     }
-}
 
-fn numerics_value(v: &Expr, errs: &mut Errors) -> Option<Ident> {
-    match path_ident(v) {
-        Some(id) if id == "Layer" || id == "W8A16" => Some(id.clone()),
-        _ => {
-            errs.spanned(
-                v,
-                "`numerics` expects `Layer` (what the layer's quant keys say, the default) or \
-                 `W8A16` (weight-only: activations stay 16-bit)",
-            );
-            None
-        }
-    }
-}
-
-fn params_value(v: &Expr, errs: &mut Errors) -> Option<(Span, Vec<Ident>)> {
-    let Expr::Array(arr) = v else {
-        errs.spanned(
-            v,
-            format!(
-                "`params` expects a list of layer parameter names, e.g. `[weight, weight_scale]`, found {}",
-                describe(v)
+    #[test]
+    fn a_full_spec() {
+        let s = check(
+            quote!(
+                platform = Cuda,
+                priority = 4,
+                arch = sm80..sm89,
+                force_arch = sm80..,
+                params = [weight, weight_scale],
+                backend = marlin,
+                numerics = W8A16
             ),
-        );
-        return None;
-    };
-    let mut names: Vec<Ident> = Vec::new();
-    let mut ok = true;
-    for el in &arr.elems {
-        match path_ident(el) {
-            Some(id) => {
-                if names.contains(id) {
-                    errs.spanned(id, format!("layer parameter `{id}` listed twice"));
-                    ok = false;
+            quote!(
+                pub struct MarlinFp8 {
+                    x: u8,
                 }
-                names.push(id.clone());
-            }
-            None => {
-                errs.spanned(
-                    el,
-                    format!(
-                        "`params` entries must be identifiers (layer parameter names such as `weight_scale`), found {}",
-                        describe(el)
-                    ),
-                );
-                ok = false;
-            }
-        }
+            ),
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(s.name, "MarlinFp8");
+        assert_eq!(s.platform.value, Platform::Cuda);
+        assert_eq!(s.priority, 4);
+        assert_eq!(s.arch, Arch::Range((8, 0), (8, 9)));
+        assert_eq!(s.force_arch, Some(Arch::AtLeast((8, 0))));
+        assert_eq!(s.params.unwrap().value.len(), 2);
+        assert_eq!(s.numerics.unwrap().value, Numerics::W8A16);
+        assert_eq!(s.backend, "marlin");
     }
-    if names.is_empty() && ok {
-        errs.spanned(
-            v,
-            "`params = []` declares nothing; leave `params` out instead",
+
+    #[test]
+    fn defaults() {
+        let s = check(
+            quote!(platform = Cpu, priority = 1),
+            quote!(
+                enum K {
+                    A,
+                }
+            ),
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(s.arch, Arch::Any);
+        assert_eq!(s.backend, "cpu");
+        assert!(s.params.is_none() && s.numerics.is_none() && s.force_arch.is_none());
+        let s = check(
+            quote!(platform = Rocm, priority = 1),
+            quote!(
+                struct K;
+            ),
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(s.backend, "native");
+    }
+
+    #[test]
+    fn required_keys() {
+        assert_eq!(
+            errors(quote!(platform = Cpu)),
+            ["#[fp8_kernel] needs `priority = N` (its default position in a table; 1 is tried first)"]
         );
-        ok = false;
+        assert_eq!(
+            errors(quote!(priority = 1)),
+            ["#[fp8_kernel] needs `platform = Cuda | Rocm | Cpu | Xpu | Tpu`"]
+        );
+        // An invalid value is reported once, not also as missing.
+        assert_eq!(
+            errors(quote!(platform = Cpu, priority = "high")),
+            ["`priority` expects an integer (1 is tried first), found a string"]
+        );
     }
-    ok.then(|| (arr.span(), names))
-}
 
-fn backend_value(v: &Expr, errs: &mut Errors) -> Option<String> {
-    match v {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(s), ..
-        }) => Some(s.value()),
-        _ => match path_ident(v) {
-            Some(id) => Some(id.to_string()),
-            None => {
-                errs.spanned(
-                    v,
-                    format!("`backend` expects a name, found {}", describe(v)),
-                );
-                None
-            }
-        },
+    #[test]
+    fn cuda_needs_arch() {
+        let e = errors(quote!(platform = Cuda, priority = 5));
+        assert_eq!(e.len(), 1);
+        assert!(e[0].starts_with("Cuda kernels must declare `arch = ...`"));
+        // An invalid arch is its own error, not a missing one.
+        let e = errors(quote!(platform = Cuda, priority = 5, arch = a::sm90));
+        assert_eq!(e.len(), 1);
+        assert!(e[0].ends_with("found a path; write the capability alone"));
+        assert!(errors(quote!(platform = Cpu, priority = 5)).is_empty());
     }
-}
 
-fn crate_value(v: &Expr, errs: &mut Errors) -> Option<syn::Path> {
-    match v {
-        Expr::Path(p) => Some(p.path.clone()),
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(s), ..
-        }) => match s.parse::<syn::Path>() {
-            Ok(p) => Some(p),
-            Err(_) => {
-                errs.spanned(s, "`crate` expects a path such as `fp8_linear`");
-                None
-            }
-        },
-        _ => {
-            errs.spanned(
-                v.to_token_stream(),
-                format!("`crate` expects a path, found {}", describe(v)),
-            );
-            None
-        }
+    #[test]
+    fn duplicates() {
+        assert_eq!(
+            errors(quote!(platform = Cpu, priority = 1, priority = 2)),
+            ["`priority` set more than once"]
+        );
+        assert_eq!(
+            errors(quote!(platform = Cpu, priority = 1, arch = any, arch = any)),
+            ["`arch` set more than once"]
+        );
+    }
+
+    #[test]
+    fn items() {
+        let e = check(
+            quote!(platform = Cpu, priority = 1),
+            quote!(
+                pub struct K<T>(T);
+            ),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            e,
+            ["#[fp8_kernel] types cannot be generic: a table entry names one concrete kernel"]
+        );
+        let e = check(
+            quote!(platform = Cpu, priority = 1),
+            quote!(
+                fn k() {}
+            ),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            e,
+            ["#[fp8_kernel] goes on a struct or enum that implements Fp8Kernel"]
+        );
+    }
+
+    #[test]
+    fn every_error_at_once() {
+        let e = errors(quote!(
+            platform = Cuda,
+            priority = "first",
+            arch = sm9,
+            colour = red
+        ));
+        assert_eq!(e.len(), 3, "{e:?}");
     }
 }

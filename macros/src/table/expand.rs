@@ -1,34 +1,69 @@
-//! Expand: a constant `Table` per declaration, sorted in `const fn`, and a `const _` that
-//! validates it at compile time.
+//! Expand: a constant `Table` per valid declaration, sorted in `const fn`, with one
+//! compile-time check per listed kernel (and one for the base table) spanned at its tokens;
+//! an empty placeholder `Table` per declaration with errors.
 
-use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 
-use super::ast::{RawTable, RawTables};
+use super::valid::{Checked, Placeholder, Table};
+use crate::vocab::{Family, Platform};
 
-/// Generates every table.
-pub fn expand(raw: &RawTables) -> TokenStream {
-    let krate = raw
-        .krate
-        .clone()
+/// Generates every table and placeholder.
+pub fn expand(krate: Option<&syn::Path>, checked: &Checked) -> TokenStream {
+    let krate = krate
+        .cloned()
         .unwrap_or_else(|| syn::parse_quote!(::fp8_linear));
     let p = quote!(#krate::__private);
-    raw.tables.iter().map(|t| table(&p, t)).collect()
+    let tables = checked.tables.iter().map(|t| table(&p, t));
+    let placeholders = checked.placeholders.iter().map(|ph| placeholder(&p, ph));
+    quote!(#(#tables)* #(#placeholders)*)
 }
 
-fn table(p: &TokenStream, t: &RawTable) -> TokenStream {
-    let RawTable {
-        attrs,
-        vis,
-        name,
-        platform,
-        family,
-        base,
-        items,
-    } = t;
+/// The spans of the first and last tokens of `tokens` (call site when empty).
+fn ends(tokens: &impl ToTokens) -> (Span, Span) {
+    let mut it = tokens.to_token_stream().into_iter();
+    let first = it.next().map(|t| t.span()).unwrap_or_else(Span::call_site);
+    let last = it.last().map(|t| t.span()).unwrap_or(first);
+    (first, last)
+}
+
+/// `const _: () = { let problem = #call; if problem.found() { panic!(..) } };` whose
+/// `panic!` starts at `start` and ends at `end`: a failed check is reported over the user's
+/// tokens between them (a span built from two tokens, since a proc macro cannot join spans
+/// on stable).
+fn check((start, end): (Span, Span), call: TokenStream) -> TokenStream {
+    // At the call site, so it is one variable even when the two tokens come from different
+    // `macro_rules!` fragments (each with its own hygiene).
+    let problem = Ident::new("problem", Span::call_site());
+    let mut args = Group::new(
+        Delimiter::Parenthesis,
+        quote_spanned!(end=> "{}", #problem.message()),
+    );
+    args.set_span(end);
+    let panic = quote_spanned!(start=> ::core::panic!);
+    quote_spanned! {start=>
+        const _: () = {
+            let #problem = #call;
+            if #problem.found() {
+                #panic #args
+            }
+        };
+    }
+}
+
+fn table(p: &TokenStream, t: &Table) -> TokenStream {
+    let raw = t.raw;
+    let attrs = &raw.attrs;
+    let vis = &raw.vis;
+    let name = &raw.name;
     let name_str = name.to_string();
-    let entries = items.iter().map(|it| {
+    let platform_id = t.platform.ident(raw.platform.span());
+    let family_id = t.family.ident(raw.family.span());
+    let platform = quote!(#p::Platform::#platform_id);
+    let family = quote!(#p::Family::#family_id);
+
+    let entries = t.items().iter().map(|it| {
         let ty = &it.ty;
         let entry = quote_spanned!(ty.span()=> <#ty as #p::Registered>::ENTRY);
         match &it.priority {
@@ -36,24 +71,131 @@ fn table(p: &TokenStream, t: &RawTable) -> TokenStream {
             None => entry,
         }
     });
-    let base_entries = match base {
-        Some(b) => quote!(#b.entries),
-        None => quote!(&[]),
+    let entry_checks = t.items().iter().enumerate().map(|(i, it)| {
+        let (start, ty_end) = ends(&it.ty);
+        let end = it.priority.as_ref().map_or(ty_end, |p| p.span());
+        check(
+            (start, end),
+            quote!(#p::build::entry_problem(#name_str, #platform, __FP8_BASE_NAME, __FP8_BASE, __FP8_EXTRA, #i)),
+        )
+    });
+    let base = match &raw.base {
+        Some(b) => {
+            let base_check = check(
+                ends(b),
+                quote!(#p::build::base_problem(#name_str, #platform, #family, __FP8_BASE_TABLE)),
+            );
+            quote! {
+                const __FP8_BASE_TABLE: &#p::Table = &#b;
+                #base_check
+                #[allow(dead_code)] // unused when no kernel is listed
+                const __FP8_BASE_NAME: &str = __FP8_BASE_TABLE.name;
+                const __FP8_BASE: &[#p::KernelEntry] = __FP8_BASE_TABLE.entries;
+            }
+        }
+        None => quote! {
+            #[allow(dead_code)] // unused when no kernel is listed
+            const __FP8_BASE_NAME: &str = "";
+            const __FP8_BASE: &[#p::KernelEntry] = &[];
+        },
     };
     quote! {
         #(#attrs)*
         #vis const #name: #p::Table = {
-            const BASE: &[#p::KernelEntry] = #base_entries;
-            const EXTRA: &[#p::KernelEntry] = &[#(#entries),*];
-            const N: usize = BASE.len() + EXTRA.len();
-            const SORTED: [#p::KernelEntry; N] = #p::build::sort(#p::build::concat::<N>(BASE, EXTRA));
+            #base
+            const __FP8_EXTRA: &[#p::KernelEntry] = &[#(#entries),*];
+            #(#entry_checks)*
+            const __FP8_N: usize = __FP8_BASE.len() + __FP8_EXTRA.len();
+            const __FP8_SORTED: [#p::KernelEntry; __FP8_N] = #p::build::sort(#p::build::concat::<__FP8_N>(__FP8_BASE, __FP8_EXTRA));
             #p::Table {
                 name: #name_str,
-                platform: #p::Platform::#platform,
-                family: #p::Family::#family,
-                entries: &SORTED,
+                platform: #platform,
+                family: #family,
+                entries: &__FP8_SORTED,
             }
         };
-        const _: () = #p::build::validate(&#name);
+    }
+}
+
+/// The declared name as an empty table, so uses of it compile and the declaration's error
+/// is the only one. An invalid platform or family becomes `Cpu` / `BlockScaled`.
+fn placeholder(p: &TokenStream, ph: &Placeholder) -> TokenStream {
+    let Placeholder {
+        attrs,
+        vis,
+        name,
+        platform,
+        family,
+    } = ph;
+    let name_str = name.to_string();
+    let platform = platform.unwrap_or(Platform::Cpu).ident(Span::call_site());
+    let family = family
+        .unwrap_or(Family::BlockScaled)
+        .ident(Span::call_site());
+    quote! {
+        #(#attrs)*
+        #vis const #name: #p::Table = #p::Table {
+            name: #name_str,
+            platform: #p::Platform::#platform,
+            family: #p::Family::#family,
+            entries: &[],
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::Errors;
+    use crate::table::{ast, valid};
+
+    fn expand_str(input: TokenStream) -> String {
+        let mut errs = Errors::default();
+        let raw = ast::parse(input, &mut errs);
+        let checked = valid::validate(&raw, &mut errs);
+        let out = expand(raw.krate.as_ref(), &checked);
+        syn::parse2::<syn::File>(out.clone()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        out.to_string()
+    }
+
+    #[test]
+    fn one_check_per_entry() {
+        let out = expand_str(quote!(pub T: Cpu, BlockScaled = [A, B => 2, C];));
+        assert_eq!(out.matches("build :: entry_problem").count(), 3);
+        assert!(out.contains(
+            "build :: entry_problem (\"T\" , :: fp8_linear :: __private :: Platform :: Cpu , __FP8_BASE_NAME , __FP8_BASE , __FP8_EXTRA , 1usize)"
+        ));
+        assert!(out.contains(
+            "< B as :: fp8_linear :: __private :: Registered > :: ENTRY . with_priority (2)"
+        ));
+        assert!(!out.contains("base_problem"));
+        assert!(out
+            .contains("const __FP8_BASE : & [:: fp8_linear :: __private :: KernelEntry] = & [] ;"));
+    }
+
+    #[test]
+    fn a_base_is_checked_too() {
+        let out = expand_str(quote!(crate = my; pub T: Cuda, Scaled = their::BASE + [A];));
+        assert!(out.contains(
+            "build :: base_problem (\"T\" , my :: __private :: Platform :: Cuda , my :: __private :: Family :: Scaled , __FP8_BASE_TABLE)"
+        ));
+        assert!(
+            out.contains("const __FP8_BASE_TABLE : & my :: __private :: Table = & their :: BASE ;")
+        );
+    }
+
+    #[test]
+    fn placeholders_for_declarations_with_errors() {
+        let out = expand_str(quote! {
+            /// Docs stay.
+            pub A: Cuda, Blocky = [X];
+            pub(crate) B: Cpu, = [X];
+        });
+        assert!(out.contains(
+            "pub const A : :: fp8_linear :: __private :: Table = :: fp8_linear :: __private :: Table { name : \"A\" , platform : :: fp8_linear :: __private :: Platform :: Cuda , family : :: fp8_linear :: __private :: Family :: BlockScaled , entries : & [] , } ;"
+        ));
+        assert!(out.contains("pub (crate) const B"));
+        assert!(out.contains("Docs stay."));
+        assert!(!out.contains("entry_problem"));
     }
 }

@@ -1,4 +1,5 @@
-//! `fp8_table! { ... }`: parse -> validate -> expand.
+//! `fp8_table! { ... }`: parse ([`ast`], declaration by declaration) -> validate
+//! ([`valid`]) -> generate ([`expand`]).
 
 mod ast;
 mod expand;
@@ -6,14 +7,15 @@ mod valid;
 
 use proc_macro2::TokenStream;
 
-/// Entry point: every table of the invocation, or all errors together.
+use crate::errors::Errors;
+
+/// Entry point: every valid table, a placeholder for each declaration with errors, and all
+/// errors together.
 pub fn expand_macro(input: TokenStream) -> TokenStream {
-    let raw = match syn::parse2::<ast::RawTables>(input) {
-        Ok(r) => r,
-        Err(e) => return e.to_compile_error(),
-    };
-    match valid::validate(&raw) {
-        Ok(()) => expand::expand(&raw),
-        Err(e) => e.to_compile_error(),
-    }
+    let mut errs = Errors::default();
+    let raw = ast::parse(input, &mut errs);
+    let checked = valid::validate(&raw, &mut errs);
+    let generated = expand::expand(raw.krate.as_ref(), &checked);
+    let errors = errs.finish().err().map(|e| e.to_compile_error());
+    quote::quote!(#generated #errors)
 }

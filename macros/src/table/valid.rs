@@ -1,62 +1,256 @@
 //! Validate what can be checked before const evaluation: platform and family names,
-//! priority literals, a type listed twice. Priorities declared on the kernels themselves
-//! are only known to the compiler, so duplicates across them are rejected by the generated
-//! `const` check (see `fp8_linear_core::table::build::validate`).
+//! priority literals, a type listed twice, a table declared twice. What needs the kernels'
+//! entries (their platforms and declared priorities, the base table's kernels) is checked
+//! by the generated per-entry `const` items (see `fp8_linear_core::table::build`).
 
 use quote::ToTokens;
+use syn::{Attribute, Ident, Visibility};
 
-use super::ast::RawTables;
+use super::ast::{Decl, Header, RawItem, RawTable, RawTables};
 use crate::errors::Errors;
-use crate::kw::{FAMILIES, PLATFORMS};
+use crate::vocab::{Family, Platform};
 
-/// Checks every table, collecting all errors.
-pub fn validate(raw: &RawTables) -> syn::Result<()> {
-    let mut errs = Errors::default();
+/// A checked table declaration.
+pub struct Table<'a> {
+    /// The declaration.
+    pub raw: &'a RawTable,
+    /// Its platform.
+    pub platform: Platform,
+    /// Its family.
+    pub family: Family,
+}
+
+impl Table<'_> {
+    /// The kernels listed in the declaration.
+    pub fn items(&self) -> &[RawItem] {
+        &self.raw.items
+    }
+}
+
+/// The constant of a declaration with errors: same name, visibility and docs, no kernels.
+pub struct Placeholder<'a> {
+    /// Attributes (docs) of the declaration.
+    pub attrs: &'a [Attribute],
+    /// Visibility.
+    pub vis: &'a Visibility,
+    /// The constant's name.
+    pub name: &'a Ident,
+    /// The platform, when it was valid.
+    pub platform: Option<Platform>,
+    /// The family, when it was valid.
+    pub family: Option<Family>,
+}
+
+/// What to generate: the valid tables and a placeholder for each other one.
+pub struct Checked<'a> {
+    /// Valid declarations.
+    pub tables: Vec<Table<'a>>,
+    /// Declarations with errors.
+    pub placeholders: Vec<Placeholder<'a>>,
+}
+
+fn platform(id: &Ident, errs: &mut Errors) -> Option<Platform> {
+    let p = Platform::from_ident(id);
+    if p.is_none() {
+        errs.spanned(
+            id,
+            format!(
+                "unknown platform `{id}`; expected one of: {}",
+                Platform::expected()
+            ),
+        );
+    }
+    p
+}
+
+fn family(id: &Ident, errs: &mut Errors) -> Option<Family> {
+    let f = Family::from_ident(id);
+    if f.is_none() {
+        errs.spanned(
+            id,
+            format!(
+                "unknown family `{id}`; expected one of: {}",
+                Family::expected()
+            ),
+        );
+    }
+    f
+}
+
+/// Checks every declaration, recording all errors in `errs`.
+pub fn validate<'a>(raw: &'a RawTables, errs: &mut Errors) -> Checked<'a> {
+    let mut out = Checked {
+        tables: Vec::new(),
+        placeholders: Vec::new(),
+    };
     let mut names: Vec<String> = Vec::new();
-    for t in &raw.tables {
-        let n = t.name.to_string();
+    for decl in &raw.decls {
+        let name = match decl {
+            Decl::Table(t) => &t.name,
+            Decl::Broken(h) => &h.name,
+        };
+        let n = name.to_string();
         if names.contains(&n) {
-            errs.spanned(&t.name, format!("table `{n}` declared twice"));
+            // The first declaration of the name defines the constant.
+            errs.spanned(name, format!("table `{n}` declared twice"));
+            continue;
         }
         names.push(n);
-        if !PLATFORMS.iter().any(|p| t.platform == p) {
-            errs.spanned(
-                &t.platform,
-                format!(
-                    "unknown platform `{}`; expected one of: {}",
-                    t.platform,
-                    PLATFORMS.join(", ")
-                ),
-            );
-        }
-        if !FAMILIES.iter().any(|f| t.family == f) {
-            errs.spanned(
-                &t.family,
-                format!(
-                    "unknown family `{}`; expected one of: {}",
-                    t.family,
-                    FAMILIES.join(", ")
-                ),
-            );
-        }
-        let mut seen: Vec<String> = Vec::new();
-        for item in &t.items {
-            let key = item.ty.to_token_stream().to_string();
-            if seen.contains(&key) {
-                errs.spanned(
-                    &item.ty,
-                    format!("kernel `{key}` is listed twice in `{}`", t.name),
-                );
+        match decl {
+            Decl::Broken(Header {
+                attrs,
+                vis,
+                name,
+                platform: p,
+                family: f,
+            }) => {
+                // The parse error is recorded; the names are checked only for the placeholder.
+                let mut quiet = Errors::default();
+                out.placeholders.push(Placeholder {
+                    attrs,
+                    vis,
+                    name,
+                    platform: p.as_ref().and_then(|p| platform(p, &mut quiet)),
+                    family: f.as_ref().and_then(|f| family(f, &mut quiet)),
+                });
             }
-            seen.push(key);
-            if let Some(p) = &item.priority {
-                match p.base10_parse::<u16>() {
-                    Ok(0) => errs.spanned(p, "priorities start at 1 (1 is tried first)"),
-                    Ok(_) => {}
-                    Err(_) => errs.spanned(p, "priority must fit in a u16 (1..=65535)"),
+            Decl::Table(t) => {
+                let mut local = Errors::default();
+                let p = platform(&t.platform, &mut local);
+                let f = family(&t.family, &mut local);
+                items(t, &mut local);
+                match (local.finish(), p, f) {
+                    (Ok(()), Some(platform), Some(family)) => out.tables.push(Table {
+                        raw: t,
+                        platform,
+                        family,
+                    }),
+                    (result, platform, family) => {
+                        if let Err(e) = result {
+                            errs.push(e);
+                        }
+                        out.placeholders.push(Placeholder {
+                            attrs: &t.attrs,
+                            vis: &t.vis,
+                            name: &t.name,
+                            platform,
+                            family,
+                        });
+                    }
                 }
             }
         }
     }
-    errs.finish()
+    out
+}
+
+/// A type listed twice, a priority override of 0 or above u16.
+fn items(t: &RawTable, errs: &mut Errors) {
+    let mut seen: Vec<String> = Vec::new();
+    for item in &t.items {
+        let key = item.ty.to_token_stream().to_string();
+        if seen.contains(&key) {
+            errs.spanned(
+                &item.ty,
+                format!("kernel `{key}` is listed twice in `{}`", t.name),
+            );
+        }
+        seen.push(key);
+        if let Some(p) = &item.priority {
+            match p.base10_parse::<u16>() {
+                Ok(0) => errs.spanned(p, "priorities start at 1 (1 is tried first)"),
+                Ok(_) => {}
+                Err(_) => errs.spanned(p, "priority must fit in a u16 (1..=65535)"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::ast;
+    use quote::quote;
+
+    /// (valid table names, placeholder names, error messages)
+    fn run(input: proc_macro2::TokenStream) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let mut errs = Errors::default();
+        let raw = ast::parse(input, &mut errs);
+        let checked = validate(&raw, &mut errs);
+        let msgs = match errs.finish() {
+            Ok(()) => Vec::new(),
+            Err(e) => e.into_iter().map(|e| e.to_string()).collect(),
+        };
+        (
+            checked
+                .tables
+                .iter()
+                .map(|t| t.raw.name.to_string())
+                .collect(),
+            checked
+                .placeholders
+                .iter()
+                .map(|p| p.name.to_string())
+                .collect(),
+            msgs,
+        )
+    }
+
+    #[test]
+    fn valid_tables() {
+        let (ok, ph, msgs) = run(quote! {
+            pub A: Cpu, BlockScaled = [X, Y => 2];
+            pub B: Cuda, WeightOnly = base::T + [Z];
+        });
+        assert_eq!(ok, ["A", "B"]);
+        assert!(ph.is_empty() && msgs.is_empty());
+    }
+
+    #[test]
+    fn each_invalid_table_becomes_a_placeholder() {
+        let (ok, ph, msgs) = run(quote! {
+            pub A: Cpu, Blocky = [X];
+            pub B: Metal, Scaled = [X];
+            pub C: Cpu, Scaled = [X, X => 2];
+            pub D: Cpu, Scaled = [X => 0];
+            pub E: Cpu, Scaled = [X => 70000];
+            pub F: Cpu, Scaled = [X];
+        });
+        assert_eq!(ok, ["F"]);
+        assert_eq!(ph, ["A", "B", "C", "D", "E"]);
+        assert_eq!(
+            msgs,
+            [
+                "unknown family `Blocky`; expected one of: BlockScaled, Scaled, WeightOnly",
+                "unknown platform `Metal`; expected one of: Cuda, Rocm, Cpu, Xpu, Tpu",
+                "kernel `X` is listed twice in `C`",
+                "priorities start at 1 (1 is tried first)",
+                "priority must fit in a u16 (1..=65535)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_placeholder_keeps_the_valid_half_of_its_header() {
+        let mut errs = Errors::default();
+        let raw = ast::parse(quote!(pub A: Cuda, Blocky = [X];), &mut errs);
+        let checked = validate(&raw, &mut errs);
+        assert_eq!(checked.placeholders[0].platform, Some(Platform::Cuda));
+        assert_eq!(checked.placeholders[0].family, None);
+    }
+
+    #[test]
+    fn a_name_declared_twice_is_defined_once() {
+        let (ok, ph, msgs) = run(quote! {
+            pub A: Cpu, Scaled = [X];
+            pub A: Cpu, Scaled = [Y];
+            pub B: Cpu = [X];
+            pub B: Cpu, Scaled = [Y];
+        });
+        assert_eq!(ok, ["A"]);
+        assert_eq!(ph, ["B"]);
+        assert_eq!(msgs.len(), 3, "{msgs:?}");
+        assert_eq!(msgs[1], "table `A` declared twice");
+        assert_eq!(msgs[2], "table `B` declared twice");
+    }
 }

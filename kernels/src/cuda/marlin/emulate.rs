@@ -1,6 +1,6 @@
 //! A CPU model of the Marlin kernel's arithmetic, mma by mma, for testing the repack and the
 //! scale conversion without a GPU: it reads the repacked weight and the converted scales
-//! exactly as the lanes of `marlin.cu` do, applies the bit trick and the 16-bit scale
+//! exactly as the lanes of `cu/marlin.cu` do, applies the bit trick and the 16-bit scale
 //! multiply with the same rounding, builds each m16n8k16 operand from the lanes' fragments by
 //! the PTX fragment layout, and accumulates in f64 (the tensor cores accumulate in f32).
 

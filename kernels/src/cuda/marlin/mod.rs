@@ -19,10 +19,9 @@ pub mod emulate;
 pub mod plan;
 pub mod repack;
 
-use fp8_linear_core::kernel::processed;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, PushKernelArg};
 use fp8_linear_core::tensor::Storage;
 use fp8_linear_core::validate::{check_config_basics, check_layer_weights};
 use fp8_linear_core::{
@@ -30,17 +29,23 @@ use fp8_linear_core::{
     LayerParams, LayerWeights, Tensor, TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
-use fp8_linear_cuda::{DeviceBuffer, Gpu, ModuleSpec};
+use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
-use super::common::{be, device_io, gpu_of, same_device, Scratch};
+use super::device_io::{device_io, download};
+use super::error::be;
+use super::launch::{functions, grid, launch};
+use super::layer::GpuLayer;
+use super::scratch::Scratch;
+use super::sources;
 use super::weights::small_to_host;
 use plan::{LaunchPlan, MarlinPipeline};
 use repack::{k_group, MarlinWeights, STRIPE};
 
 const NAME: &str = MarlinFp8::NAME;
 
-/// The kernel's CUDA C source (header-free; NVRTC, sm_80 and newer).
-pub const SOURCE: &str = include_str!("marlin.cu");
+/// The kernel's CUDA C source (`cu/marlin.cu`, header-free; NVRTC, sm_80 and newer), as
+/// registered in [`sources`].
+pub const SOURCE: &str = sources::MARLIN;
 
 /// Largest N: the grid's y dimension counts 64-channel stripes (at most 65535).
 pub const MAX_N: usize = 65535 * STRIPE;
@@ -54,12 +59,10 @@ pub const MAX_N: usize = 65535 * STRIPE;
              params = [weight, weight_scale, input_scale, input_scale_ub], backend = marlin,
              numerics = W8A16)]
 pub struct MarlinFp8 {
-    config: LayerConfig,
-    gpu: Arc<Gpu>,
+    layer: GpuLayer<State>,
     params: LayerParams<4>,
     target: Option<Capability>,
     tuning: MarlinPipeline,
-    state: Option<State>,
 }
 
 struct State {
@@ -79,7 +82,7 @@ struct State {
     counters: Scratch<u8>,
 }
 
-/// The kernel's argument block (`struct Args` in `marlin.cu`, same field order and types).
+/// The kernel's argument block (`struct Args` in `cu/marlin.cu`, same field order and types).
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
 struct Args {
@@ -121,12 +124,10 @@ impl MarlinFp8 {
             reason,
         })?;
         let mut k = MarlinFp8 {
-            config: *config,
-            gpu: gpu_of(NAME, ctx)?,
+            layer: GpuLayer::new(NAME, ctx)?,
             params,
             target: None,
             tuning: MarlinPipeline::default(),
-            state: None,
         };
         if let Some(cap) = ctx.options().compile_for {
             k.compile_for(cap)?;
@@ -169,64 +170,15 @@ impl MarlinFp8 {
     }
 }
 
-fn load_module(
-    gpu: &Arc<Gpu>,
-    target: Option<Capability>,
-    tuning: &MarlinPipeline,
-) -> Result<Arc<CudaModule>, KernelError> {
-    match target {
-        Some(cap) if cap != gpu.capability() => {
-            if !gpu.capability().at_least(cap) {
-                return Err(KernelError::backend(
-                    NAME,
-                    format!(
-                        "cannot run code for compute capability {cap} on a device of {}",
-                        gpu.capability()
-                    ),
-                ));
-            }
-            fp8_linear_cuda::probe::nvrtc().map_err(be(NAME))?;
-            let arch = format!("--gpu-architecture=compute_{}{}", cap.major, cap.minor);
-            let mut options = vec![arch.clone(), "--std=c++17".into(), "-default-device".into()];
-            options.extend(tuning.defines());
-            let opts = cudarc::nvrtc::CompileOptions {
-                options,
-                ..Default::default()
-            };
-            let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts)
-                .map_err(|e| KernelError::backend(NAME, format!("NVRTC ({arch}): {e:?}")))?;
-            gpu.context()
-                .load_module(ptx)
-                .map_err(|e| KernelError::backend(NAME, format!("loading the {arch} PTX: {e:?}")))
-        }
-        _ => {
-            let mut spec = ModuleSpec::new("marlin_w8a16", SOURCE);
-            for d in tuning.defines() {
-                spec = spec.option(d);
-            }
-            gpu.module(&spec).map(|(m, _)| m).map_err(be(NAME))
-        }
-    }
-}
-
 /// The FP8 codes of the weight on the host (copied back from the device if need be).
 fn host_codes(w: &Tensor<'_>, n: usize, k: usize, gpu: &Arc<Gpu>) -> Result<Vec<u8>, KernelError> {
     match w.data {
         Storage::F8E4m3(s) => Ok(s[..n * k].to_vec()),
         Storage::Device(mem, DType::F8E4m3) => {
-            same_device("weight", &mem, gpu)?;
             let mut out = vec![0u8; n * k];
             // The producer may still be writing on the layer's stream.
-            gpu.stream()
-                .synchronize()
-                .map_err(|e| KernelError::backend(NAME, format!("stream synchronize: {e:?}")))?;
-            gpu.context()
-                .bind_to_thread()
-                .map_err(|e| KernelError::backend(NAME, format!("binding the context: {e:?}")))?;
-            // SAFETY: check_layer_weights verified the buffer holds n*k bytes; synchronous copy.
-            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut out, mem.ptr) }.map_err(
-                |e| KernelError::backend(NAME, format!("downloading the weight: {e:?}")),
-            )?;
+            gpu.synchronize().map_err(be(NAME))?;
+            download(NAME, "weight", &mem, gpu, &mut out)?;
             Ok(out)
         }
         _ => Err(KernelError::DType {
@@ -282,36 +234,33 @@ impl Fp8Kernel for MarlinFp8 {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        let c = self.config;
+        let c = self.layer.config;
         check_layer_weights(&c, weights)?;
         let w = self.params.require(NAME, weights, LayerParam::Weight)?;
         let ws = self
             .params
             .require(NAME, weights, LayerParam::WeightScale)?;
-        self.state = None;
-        let gpu = self.gpu.clone();
-        let codes = host_codes(&w, c.n, c.k, &gpu)?;
-        let scales = small_to_host(NAME, "weight_scale", &ws, &gpu)?;
+        self.layer.clear();
+        let gpu = &self.layer.gpu;
+        let codes = host_codes(&w, c.n, c.k, gpu)?;
+        let scales = small_to_host(NAME, "weight_scale", &ws, gpu)?;
         let mw: MarlinWeights = repack::prepare(&c, &codes, &scales)?;
         let bias = match (&weights.bias, c.bias) {
             (Some(b), true) => {
-                let host = small_to_host(NAME, "bias", b, &gpu)?;
-                Some(DeviceBuffer::from_host(&gpu, &host).map_err(be(NAME))?)
+                let host = small_to_host(NAME, "bias", b, gpu)?;
+                Some(DeviceBuffer::from_host(gpu, &host).map_err(be(NAME))?)
             }
             _ => None,
         };
-        let module = load_module(&gpu, self.target, &self.tuning)?;
-        let names = KERNELS[usize::from(mw.bf16)];
-        let load = |i: usize| {
-            module
-                .load_function(names[i])
-                .map_err(|e| KernelError::backend(NAME, format!("loading {}: {e:?}", names[i])))
-        };
-        let funcs = [load(0)?, load(1)?, load(2)?];
-        self.state = Some(State {
-            weight: DeviceBuffer::from_host(&gpu, &mw.weight).map_err(be(NAME))?,
-            scales: DeviceBuffer::from_host(&gpu, &mw.group_scale_bytes()).map_err(be(NAME))?,
-            channel: DeviceBuffer::from_host(&gpu, &mw.channel).map_err(be(NAME))?,
+        let (module, _) = gpu
+            .module_for(&sources::marlin_module(&self.tuning), self.target)
+            .map_err(be(NAME))?;
+        let names = KERNELS[usize::from(mw.bf16)].map(String::from);
+        let funcs = functions(&module, names, None).map_err(be(NAME))?;
+        let state = State {
+            weight: DeviceBuffer::from_host(gpu, &mw.weight).map_err(be(NAME))?,
+            scales: DeviceBuffer::from_host(gpu, &mw.group_scale_bytes()).map_err(be(NAME))?,
+            channel: DeviceBuffer::from_host(gpu, &mw.channel).map_err(be(NAME))?,
             bias,
             funcs,
             _module: module,
@@ -322,15 +271,14 @@ impl Fp8Kernel for MarlinFp8 {
             tuning: self.tuning,
             work: Scratch::default(),
             counters: Scratch::default(),
-        });
+        };
+        self.layer.set(state);
         Ok(())
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let c = self.config;
-        let gpu = self.gpu.clone();
-        let st = processed(&mut self.state, NAME)?;
-        let (m, xin, xout) = device_io(NAME, &c, &gpu, input, output)?;
+        let (c, gpu, st) = self.layer.processed(NAME)?;
+        let (m, xin, xout) = device_io(NAME, c, gpu, input, output)?;
         if m > i32::MAX as usize {
             return Err(KernelError::shape(
                 "input",
@@ -348,14 +296,10 @@ impl Fp8Kernel for MarlinFp8 {
         let (work, counters) = if p.splits > 1 {
             let w = st
                 .work
-                .get(&gpu, p.workspace_floats())
+                .get(gpu, p.workspace_floats())
                 .map_err(be(NAME))?
                 .ptr();
-            let ctr = st
-                .counters
-                .get(&gpu, p.tiles() * 4)
-                .map_err(be(NAME))?
-                .ptr();
+            let ctr = st.counters.get(gpu, p.tiles() * 4).map_err(be(NAME))?.ptr();
             (w, ctr)
         } else {
             (0, 0)
@@ -387,21 +331,15 @@ impl Fp8Kernel for MarlinFp8 {
                 -1
             },
         };
-        let f = &st.funcs[p.variant()];
-        let mut b = gpu.stream().launch_builder(f);
+        let mut b = gpu.stream().launch_builder(&st.funcs[p.variant()]);
         b.arg(&args);
-        let cfg = LaunchConfig {
-            grid_dim: (p.chunks as u32, p.stripes as u32, p.splits as u32),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid((p.chunks as u32, p.stripes as u32, p.splits as u32), 128, 0);
         // SAFETY: every pointer in `args` covers what the kernel reads or writes for these
         // sizes: weights/scales/channel were built for (n_pad, k_pad, groups); input and
         // output were checked by check_io (contiguous [m, k] / [m, n], buffers long
         // enough); the workspace and counters were sized by the plan; the counters are zero
         // between launches (the last block of each tile resets its counter).
-        unsafe { b.launch(cfg) }
-            .map_err(|e| KernelError::backend(NAME, format!("launch: {e:?}")))?;
+        unsafe { launch(b, cfg, "marlin_w8a16") }.map_err(be(NAME))?;
         Ok(())
     }
 }

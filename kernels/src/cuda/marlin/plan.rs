@@ -32,7 +32,7 @@ impl MarlinPipeline {
             && self.min_blocks.iter().all(|b| (1..=8).contains(b))
     }
 
-    /// The NVRTC defines that select this tuning in `marlin.cu`.
+    /// The NVRTC defines that select this tuning in `cu/marlin.cu`.
     pub fn defines(&self) -> Vec<String> {
         let mut v = Vec::new();
         for (i, mt) in [1, 2, 4].iter().enumerate() {

@@ -3,7 +3,7 @@
 //! scale times a 16-bit scale per K group, with the bit-trick power of two folded in), and
 //! the N / K padding.
 //!
-//! Layout (see `marlin.cu`): stripes of [`STRIPE`] output channels; per stripe and per
+//! Layout (see `cu/marlin.cu`): stripes of [`STRIPE`] output channels; per stripe and per
 //! [`STEP`]-wide K step, 4 tiles of 16 channels x 32 K, one 16-byte word per lane. Lane
 //! `(g, t)` (g = lane / 4, t = lane % 4) holds, for K offsets `8t .. 8t + 8` of the step,
 //! channel `g` then `g + 8`, first offsets `0..4` then `4..8`, each 4-byte word in the byte

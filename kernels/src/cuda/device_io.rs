@@ -1,12 +1,28 @@
-//! Helpers shared by the CUDA kernels: device-tensor access, the GPU of a layer, error
-//! mapping, dtype codes.
+//! Device-side checks of a CUDA kernel's inputs and outputs: tensors as device memory on the
+//! layer's GPU, the row count the kernels can index, the GPU of a build context, downloads of
+//! small device tensors.
 
 use std::sync::Arc;
 
 use fp8_linear_core::tensor::{Storage, StorageMut};
 use fp8_linear_core::validate::check_io;
-use fp8_linear_core::{BuildCtx, DType, DeviceMemory, KernelError, LayerConfig, Tensor, TensorMut};
-use fp8_linear_cuda::{CudaError, Gpu};
+use fp8_linear_core::{BuildCtx, DeviceMemory, KernelError, LayerConfig, Tensor, TensorMut};
+use fp8_linear_cuda::cudarc::driver::DeviceRepr;
+use fp8_linear_cuda::Gpu;
+
+use super::error::be;
+
+/// Device memory, or the typed error for a tensor in host memory.
+fn on_device(
+    kernel: &'static str,
+    what: &'static str,
+    mem: Option<DeviceMemory>,
+) -> Result<DeviceMemory, KernelError> {
+    mem.ok_or_else(|| KernelError::Device {
+        what,
+        detail: format!("{kernel} runs on a CUDA GPU and needs device memory; got host memory"),
+    })
+}
 
 /// The device memory behind a tensor, or a typed error for host memory.
 pub fn device_in(
@@ -14,13 +30,11 @@ pub fn device_in(
     what: &'static str,
     t: &Tensor<'_>,
 ) -> Result<DeviceMemory, KernelError> {
-    match t.data {
-        Storage::Device(m, _) => Ok(m),
-        _ => Err(KernelError::Device {
-            what,
-            detail: format!("{kernel} runs on a CUDA GPU and needs device memory; got host memory"),
-        }),
-    }
+    let mem = match t.data {
+        Storage::Device(m, _) => Some(m),
+        _ => None,
+    };
+    on_device(kernel, what, mem)
 }
 
 /// The device memory behind a writable tensor, or a typed error for host memory.
@@ -29,13 +43,11 @@ pub fn device_out(
     what: &'static str,
     t: &TensorMut<'_>,
 ) -> Result<DeviceMemory, KernelError> {
-    match t.data {
-        StorageMut::Device(m, _) => Ok(m),
-        _ => Err(KernelError::Device {
-            what,
-            detail: format!("{kernel} runs on a CUDA GPU and needs device memory; got host memory"),
-        }),
-    }
+    let mem = match t.data {
+        StorageMut::Device(m, _) => Some(m),
+        _ => None,
+    };
+    on_device(kernel, what, mem)
 }
 
 /// Checks that memory lives on the kernel's GPU.
@@ -101,62 +113,24 @@ pub fn gpu_of(kernel: &'static str, ctx: &BuildCtx<'_>) -> Result<Arc<Gpu>, Kern
     Ok(gpu.clone())
 }
 
-/// Maps a CUDA-layer error to a kernel error naming the kernel.
-pub fn be(kernel: &'static str) -> impl Fn(CudaError) -> KernelError {
-    move |e| KernelError::backend(kernel, e)
-}
-
-/// Index of a float dtype in the kernels' instantiation order (f32, f16, bf16).
-pub fn float_index(what: &'static str, d: DType) -> Result<usize, KernelError> {
-    match d {
-        DType::F32 => Ok(0),
-        DType::F16 => Ok(1),
-        DType::Bf16 => Ok(2),
-        DType::F8E4m3 => Err(KernelError::DType {
+/// Copies the first `dst.len()` elements of the device tensor memory `mem` (`what`, on the
+/// layer's GPU) to the host, synchronously; memory that is too small is a typed error.
+pub fn download<T: DeviceRepr>(
+    kernel: &'static str,
+    what: &'static str,
+    mem: &DeviceMemory,
+    gpu: &Gpu,
+    dst: &mut [T],
+) -> Result<(), KernelError> {
+    same_device(what, mem, gpu)?;
+    let bytes = std::mem::size_of_val(dst);
+    if mem.bytes < bytes {
+        return Err(KernelError::Device {
             what,
-            expected: "f32, f16 or bf16".into(),
-            got: d,
-        }),
+            detail: format!("holds {} bytes, {bytes} are needed", mem.bytes),
+        });
     }
-}
-
-/// The name suffix of a float dtype in kernel names.
-pub const FLOAT_NAMES: [&str; 3] = ["f32", "f16", "bf16"];
-
-/// K rounded up to 16 (the row stride of FP8 operands, so every row is 16-byte aligned).
-pub const fn padded_k(k: usize) -> usize {
-    k.div_ceil(16) * 16
-}
-
-/// A growable device scratch buffer, reallocated only when too small.
-pub struct Scratch<T: fp8_linear_cuda::buffer::Element> {
-    buf: Option<fp8_linear_cuda::DeviceBuffer<T>>,
-}
-
-impl<T: fp8_linear_cuda::buffer::Element> Default for Scratch<T> {
-    fn default() -> Self {
-        Scratch { buf: None }
-    }
-}
-
-impl<T: fp8_linear_cuda::buffer::Element> Scratch<T> {
-    /// A buffer of at least `len` elements (its address is stable until it must grow).
-    pub fn get(
-        &mut self,
-        gpu: &Arc<Gpu>,
-        len: usize,
-    ) -> Result<&mut fp8_linear_cuda::DeviceBuffer<T>, CudaError> {
-        let grow = match &self.buf {
-            Some(b) => b.len() < len,
-            None => true,
-        };
-        if grow {
-            self.buf = None; // free first
-            self.buf = Some(fp8_linear_cuda::DeviceBuffer::zeros(
-                gpu,
-                len.next_power_of_two(),
-            )?);
-        }
-        Ok(self.buf.as_mut().expect("allocated above"))
-    }
+    // SAFETY: the memory is on this GPU and holds at least `bytes` bytes (checked above).
+    unsafe { gpu.copy_to_host(mem.ptr, dst) }
+        .map_err(|e| be(kernel)(e.within(format_args!("downloading {what}"))))
 }

@@ -1,0 +1,16 @@
+//! A layer parameter name outside core's closed set: an error at the name, with the
+//! compiler's "similar name" hint.
+use fp8_linear::{fp8_kernel, BuildCtx, KernelError, LayerParams};
+
+#[fp8_kernel(platform = Cpu, priority = 1, params = [wieght, weight_scale])]
+pub struct K;
+
+impl K {
+    pub fn new(_ctx: &BuildCtx<'_>, _params: LayerParams<2>) -> Result<Self, KernelError> {
+        Ok(K)
+    }
+}
+
+fp8_linear_tests::inert_kernel_impl!(K);
+
+fn main() {}
