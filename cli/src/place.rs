@@ -123,7 +123,7 @@ impl Place {
 pub struct Choice {
     /// The chosen kernel.
     pub entry: &'static KernelEntry,
-    /// "forced kernel X <why it cannot run here>; fell back to Y", when a kernel was forced
+    /// "forced kernel X (why it cannot run here); fell back to Y", when a kernel was forced
     /// and another was chosen.
     pub force_note: Option<String>,
 }
