@@ -51,8 +51,15 @@ impl Checkpoint {
     /// Opens a checkpoint directory: `config.json`, then `model.safetensors.index.json` and
     /// the shards it names, or every `*.safetensors` file when there is no index. Files are
     /// memory-mapped; only headers and scales are read.
-    pub fn open(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
-        let dir = dir.as_ref();
+    ///
+    /// A path to a file (or to a `*.safetensors` name) opens that one safetensors file
+    /// ([`Checkpoint::open_file`]).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
+        let dir = path.as_ref();
+        let file_name = !dir.is_dir() && dir.extension().is_some_and(|e| e == "safetensors");
+        if dir.is_file() || file_name {
+            return Self::open_file(dir);
+        }
         let quant = QuantConfig::read(dir)?;
         let index_path = dir.join(INDEX_FILE);
         let (paths, index) = if index_path.is_file() {
@@ -74,6 +81,27 @@ impl Checkpoint {
             .map(|p| Shard::open(p))
             .collect::<Result<Vec<_>, _>>()?;
         Self::assemble(dir.to_path_buf(), quant, shards, index)
+    }
+
+    /// Opens one safetensors file as a checkpoint of its own. With a `config.json` beside
+    /// it, that config says how the file is quantized; without one, the tensors say
+    /// ([`QuantConfig::infer`]): `weight_scale_inv` tensors mean 128x128 blocks (and must
+    /// be `[ceil(N/128), ceil(K/128)]`), `weight_scale` tensors per-tensor or per-channel
+    /// scales by their shape. Tensors may be named `<module>.weight`,
+    /// `<module>.weight_scale_inv`, ... or, for a file holding a single layer, just
+    /// `weight`, `weight_scale_inv`, ... (the layer's name is then `""`).
+    ///
+    /// [`Checkpoint::dir`] is then the file's path.
+    pub fn open_file(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
+        let path = path.as_ref();
+        let shard = Shard::open(path)?;
+        let beside = path.parent().unwrap_or(Path::new("."));
+        let quant = if beside.join("config.json").is_file() {
+            QuantConfig::read(beside)?
+        } else {
+            QuantConfig::infer(shard.tensors().iter().map(|(n, _)| n.as_str()))
+        };
+        Self::assemble(path.to_path_buf(), quant, vec![shard], None)
     }
 
     /// Builds a checkpoint from bytes held in memory: the `config.json` text, the shards as
@@ -128,7 +156,7 @@ impl Checkpoint {
         Ok(ck)
     }
 
-    /// The checkpoint directory.
+    /// The checkpoint directory (the file, for one opened with [`Checkpoint::open_file`]).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -151,6 +179,24 @@ impl Checkpoint {
     /// The quantized linear layers, in natural name order (`layers.2` before `layers.10`).
     pub fn layers(&self) -> &[QuantLayer] {
         &self.layers
+    }
+
+    /// The quantized layer with this module name (`model.layers.0.mlp.down_proj`; `""` for
+    /// the unnamed layer of a single-layer file), if the checkpoint has one.
+    pub fn layer(&self, name: &str) -> Option<&QuantLayer> {
+        self.layers.iter().find(|l| l.name == name)
+    }
+
+    /// Sets the activation and output dtype of every layer (the dtype `Linear::forward`
+    /// then takes and returns). `config.json` gives it as `torch_dtype`; a file opened
+    /// without one has bf16 until told otherwise.
+    pub fn with_dtype(mut self, dtype: fp8_linear_core::DType) -> Self {
+        self.quant.dtype = dtype;
+        for l in &mut self.layers {
+            l.config.input_dtype = dtype;
+            l.config.output_dtype = dtype;
+        }
+        self
     }
 
     /// Tensors that belong to no quantized layer (norms, embeddings, unquantized heads):

@@ -13,8 +13,28 @@ use crate::layer::QuantLayer;
 use crate::quant_config::{QuantConfig, ScaleFormat};
 use crate::scales;
 
-/// Suffixes of the scale tensors that belong to a `<module>.weight`.
-const SCALE_SUFFIXES: [&str; 3] = [".weight_scale_inv", ".weight_scale", ".input_scale"];
+/// Names of the scale tensors that belong to a `<module>.weight` (`<module>.<name>`, or the
+/// bare name in a single-layer file whose tensors are `weight`, `weight_scale_inv`, ...).
+const SCALE_NAMES: [&str; 3] = ["weight_scale_inv", "weight_scale", "input_scale"];
+
+/// The module a tensor name belongs to when it ends in `.<leaf>`, or `""` when the name is
+/// `leaf` itself (a single-layer file: `weight`, `weight_scale_inv`).
+pub(crate) fn module_of<'n>(name: &'n str, leaf: &str) -> Option<&'n str> {
+    if name == leaf {
+        return Some("");
+    }
+    name.strip_suffix(leaf)?.strip_suffix('.')
+}
+
+/// The tensor `<module>.<leaf>`, or `leaf` alone for the unnamed module of a single-layer
+/// file.
+pub(crate) fn tensor_name(module: &str, leaf: &str) -> String {
+    if module.is_empty() {
+        leaf.to_string()
+    } else {
+        format!("{module}.{leaf}")
+    }
+}
 
 fn is_float(d: Dtype) -> bool {
     matches!(d, Dtype::F32 | Dtype::BF16 | Dtype::F16)
@@ -24,9 +44,9 @@ fn is_float(d: Dtype) -> bool {
 pub(crate) fn discover(ck: &Checkpoint) -> Result<Vec<QuantLayer>, CheckpointError> {
     let mut layers = Vec::new();
     for (name, t) in ck.tensors() {
-        for suffix in SCALE_SUFFIXES {
-            if let Some(prefix) = name.strip_suffix(suffix) {
-                let weight = format!("{prefix}.weight");
+        for leaf in SCALE_NAMES {
+            if let Some(prefix) = module_of(name, leaf) {
+                let weight = tensor_name(prefix, "weight");
                 match ck.get(&weight) {
                     Some(w) if w.info.dtype == Dtype::F8_E4M3 => {}
                     Some(w) => {
@@ -45,7 +65,7 @@ pub(crate) fn discover(ck: &Checkpoint) -> Result<Vec<QuantLayer>, CheckpointErr
                 }
             }
         }
-        let Some(module) = name.strip_suffix(".weight") else {
+        let Some(module) = module_of(name, "weight") else {
             continue;
         };
         match t.info.dtype {
@@ -109,8 +129,8 @@ fn layer(
             })
         }
     };
-    let inv = format!("{module}.weight_scale_inv");
-    let plain = format!("{module}.weight_scale");
+    let inv = tensor_name(module, "weight_scale_inv");
+    let plain = tensor_name(module, "weight_scale");
     let order = if q.block.is_some() {
         [inv, plain]
     } else {
@@ -171,7 +191,7 @@ fn layer(
     scales::check(&sname, &values, q.scale_format)?;
 
     let input_scale = if q.static_activations {
-        let iname = format!("{module}.input_scale");
+        let iname = tensor_name(module, "input_scale");
         let Some(t) = ck.get(&iname) else {
             return Err(CheckpointError::MissingScale {
                 layer: module.to_string(),
@@ -209,7 +229,7 @@ fn layer(
         None
     };
 
-    let bname = format!("{module}.bias");
+    let bname = tensor_name(module, "bias");
     let bias = match ck.get(&bname) {
         None => None,
         Some(t) => {

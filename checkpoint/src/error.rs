@@ -223,9 +223,45 @@ pub enum CheckpointError {
         /// The tensor.
         tensor: String,
     },
+    /// No quantized layer has the name asked for, and no tensor `<name>.weight` exists.
+    #[error(
+        "{dir}: no quantized layer `{layer}` (no tensor `{layer}.weight`); the checkpoint has {} quantized layers{}",
+        .known.len(),
+        known_list(.known)
+    )]
+    UnknownLayer {
+        /// The name asked for.
+        layer: String,
+        /// The checkpoint (directory or file).
+        dir: PathBuf,
+        /// The names of the layers it does have, in order.
+        known: Vec<String>,
+    },
+    /// The name asked for is a tensor of another kind: its weight is not FP8 (an
+    /// unquantized `lm_head`, a norm), so there is no FP8 layer to build.
+    #[error("`{layer}` is not a quantized layer: `{weight}` has dtype {got}, not F8_E4M3")]
+    NotQuantized {
+        /// The name asked for.
+        layer: String,
+        /// Its weight tensor.
+        weight: String,
+        /// The weight's dtype.
+        got: String,
+    },
     /// The generator was asked for something it cannot write.
     #[error("cannot generate checkpoint: {0}")]
     Generate(String),
+}
+
+/// `: a, b, c, ...` (the first few names), or nothing for an empty list.
+fn known_list(known: &[String]) -> String {
+    const SHOWN: usize = 4;
+    if known.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = known.iter().take(SHOWN).map(|n| format!("`{n}`")).collect();
+    let more = if known.len() > SHOWN { ", ..." } else { "" };
+    format!(": {}{more}", names.join(", "))
 }
 
 impl CheckpointError {

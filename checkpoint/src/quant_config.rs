@@ -282,6 +282,33 @@ impl QuantConfig {
         })
     }
 
+    /// The quantization of a safetensors file that comes without a `config.json`, judged from
+    /// its tensor names:
+    /// - any `*weight_scale_inv` tensor: 128x128 weight blocks with dynamic 1x128 activation
+    ///   groups, the Hugging Face block format (each `weight_scale_inv` must then be
+    ///   `[ceil(N/128), ceil(K/128)]`, or opening fails with
+    ///   [`CheckpointError::ScaleShape`]);
+    /// - otherwise `weight_scale` tensors, per tensor (`[]`, `[1]`) or per channel (`[N]`,
+    ///   `[N, 1]`) as their shapes say, with static activations when `input_scale` tensors
+    ///   are present and dynamic ones when not.
+    ///
+    /// Scales are plain floats, nothing is listed as not converted, and activations are bf16
+    /// (change that with [`Checkpoint::with_dtype`](crate::Checkpoint::with_dtype)).
+    pub fn infer<'n>(tensor_names: impl IntoIterator<Item = &'n str>) -> Self {
+        let (mut block, mut input_scales) = (false, false);
+        for name in tensor_names {
+            block |= crate::discover::module_of(name, "weight_scale_inv").is_some();
+            input_scales |= crate::discover::module_of(name, "input_scale").is_some();
+        }
+        QuantConfig {
+            block: block.then_some([128, 128]),
+            static_activations: input_scales && !block,
+            scale_format: ScaleFormat::F32,
+            ignored: Vec::new(),
+            dtype: DType::Bf16,
+        }
+    }
+
     /// The `modules_to_not_convert` / `ignored_layers` entry that covers a module, if any.
     /// An entry covers a module when it is a dot-separated run of the module's name
     /// (`lm_head` covers `lm_head`; `mlp.gate` covers `model.layers.0.mlp.gate` but not

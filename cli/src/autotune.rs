@@ -8,15 +8,19 @@ use std::path::Path;
 
 use fp8_linear::autotune::{autotune_layer, Measurement};
 use fp8_linear::cpu::reference::rel_frobenius;
-use fp8_linear::{LayerConfig, Linear, Options, Registry, TuningFile};
+
+use fp8_linear::{Device, LayerConfig, Linear, Options, Registry, TuningFile};
+use indicatif::ProgressBar;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::check::{tolerance, Reference};
+use crate::check::{count_nan, tolerance, Reference};
+use crate::error::{as_kind, CliError, Kind};
 use crate::place::Place;
 use crate::run_layer::{
     gather_rows, reference_rows, sample_rows, to_dtype_bits, Executor, RandomWeights,
 };
+use crate::sizes::{try_collect, try_filled};
 
 /// The reference check of one measured kernel at one M.
 #[derive(Clone, Debug)]
@@ -31,12 +35,15 @@ pub struct Check {
     pub rel_error: f64,
     /// Its tolerance.
     pub tolerance: f64,
+    /// NaN elements in the whole output (the output is poisoned with NaN before every
+    /// call, so a NaN is an element the kernel did not write).
+    pub nan_outputs: usize,
 }
 
 impl Check {
-    /// Whether the output is within tolerance.
+    /// Whether the output is within tolerance and fully written.
     pub fn ok(&self) -> bool {
-        self.rel_error < self.tolerance
+        self.nan_outputs == 0 && self.rel_error < self.tolerance
     }
 }
 
@@ -46,6 +53,15 @@ pub struct Sweep {
     pub measurements: Vec<Measurement>,
     /// Reference checks, one per kernel that ran, per M.
     pub checks: Vec<Check>,
+    /// Measurements that failed for another reason than their check (the kernel failed to
+    /// build or run): `(m, kernel)`.
+    pub runtime_failures: Vec<(usize, &'static str)>,
+    /// A runnable kernel that was not timed (the f64 reference kernel, unless asked for).
+    pub skipped: Option<&'static str>,
+    /// The kernel the others are compared with (`bench`).
+    pub baseline: Option<&'static str>,
+    /// Timed calls per kernel and M.
+    pub iters: usize,
 }
 
 /// Random activations of `m` rows and the reference outputs of their sampled rows, per
@@ -58,19 +74,27 @@ struct Inputs<'w> {
 }
 
 impl Inputs<'_> {
-    fn x(&mut self, m: usize) -> &[f32] {
+    fn x(&mut self, m: usize) -> Result<&[f32], CliError> {
         let (k, dtype) = (self.config.k, self.config.input_dtype);
-        self.x.entry(m).or_insert_with(|| {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.x.entry(m) {
             let mut rng = rand::rng();
-            let x: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-            to_dtype_bits(&x, dtype)
-        })
+            let len = m.checked_mul(k).ok_or_else(|| {
+                CliError::bad_input(format!("M={m} x K={k} activations overflow usize"))
+            })?;
+            let x = try_collect(
+                "activations",
+                len,
+                (0..len).map(|_| rng.random_range(-1.0f32..1.0)),
+            )?;
+            slot.insert(to_dtype_bits(x, dtype));
+        }
+        Ok(&self.x[&m])
     }
 
-    fn want(&mut self, m: usize, refr: &Reference) -> &[f64] {
-        self.x(m);
+    fn want(&mut self, m: usize, refr: &Reference) -> Result<&[f64], CliError> {
+        self.x(m)?;
         let (x, w) = (&self.x[&m], self.weights);
-        self.want.entry((m, refr.config)).or_insert_with(|| {
+        Ok(self.want.entry((m, refr.config)).or_insert_with(|| {
             reference_rows(
                 &refr.config,
                 x,
@@ -79,12 +103,13 @@ impl Inputs<'_> {
                 &w.scales,
                 w.input_scale[0],
             )
-        })
+        }))
     }
 }
 
 /// Runs the pass on the place's target and, when `path` is given, merges the winners into
-/// that file; returns the measurements and checks (`bench` runs it without a file).
+/// that file; returns the measurements and checks (`bench` runs it without a file). The
+/// caller has checked that the sizes fit in memory; `bar` advances once per measurement.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     registry: &Registry,
@@ -95,12 +120,14 @@ pub fn run(
     options: &Options,
     exec: &mut dyn Executor,
     path: Option<&Path>,
-) -> Result<Sweep, String> {
+    bar: &ProgressBar,
+) -> Result<Sweep, CliError> {
     let mut tuning = match path {
-        Some(p) => TuningFile::load(p).map_err(|e| e.to_string())?,
+        Some(p) => TuningFile::load(p).map_err(as_kind(Kind::BadInput))?,
         None => TuningFile::new(),
     };
-    let rw = RandomWeights::new(config);
+    bar.set_message("generating the random layer");
+    let rw = RandomWeights::new(config)?;
     let weights = rw.weights();
     let mut inputs = Inputs {
         config: *config,
@@ -109,6 +136,7 @@ pub fn run(
         want: HashMap::new(),
     };
     let mut checks = Vec::new();
+    let mut runtime_failures = Vec::new();
     let measurements = autotune_layer(
         registry,
         place.device(),
@@ -117,44 +145,63 @@ pub fn run(
         &options.overrides,
         &mut tuning,
         |entry, m| {
-            let mut lin =
-                Linear::with_entry(entry, &place.target, config, &weights, &options.kernel)
-                    .map_err(|e| e.to_string())?;
-            let x = inputs.x(m).to_vec();
-            let mut out = vec![0f32; m * config.n];
-            exec.forward(&mut lin, config, &x, m, &mut out)?; // warm-up, and the checked call
-            let refr = Reference::for_kernel(entry, config);
-            let got = gather_rows(&out, config.n, &sample_rows(m));
-            let check = Check {
-                m,
-                kernel: entry.name,
-                reference: refr.label,
-                rel_error: rel_frobenius(&got, inputs.want(m, &refr)),
-                tolerance: tolerance(config.output_dtype),
+            bar.set_message(format!("M={m} {}", entry.name));
+            let mut measure = || -> Result<Result<f64, String>, CliError> {
+                let mut lin =
+                    Linear::with_entry(entry, &place.target, config, &weights, &options.kernel)
+                        .map_err(as_kind(Kind::Runtime))?;
+                let x = inputs.x(m)?.to_vec();
+                let mut out = try_filled("output", m * config.n, f32::NAN)?;
+                // Warm-up, and the checked call.
+                exec.forward(&mut lin, config, &x, m, &mut out)?;
+                let refr = Reference::for_kernel(entry, config);
+                let got = gather_rows(&out, config.n, &sample_rows(m));
+                let check = Check {
+                    m,
+                    kernel: entry.name,
+                    reference: refr.label,
+                    rel_error: rel_frobenius(&got, inputs.want(m, &refr)?),
+                    tolerance: tolerance(config.output_dtype),
+                    nan_outputs: count_nan(&out),
+                };
+                let ok = check.ok();
+                let (e, tol, nan) = (check.rel_error, check.tolerance, check.nan_outputs);
+                checks.push(check);
+                if !ok {
+                    return Ok(Err(format!(
+                        "wrong output: rel err {e:.2e} (tolerance {tol:.0e}) against the {} reference, {nan} NaN outputs",
+                        refr.label
+                    )));
+                }
+                let mut t = Vec::new();
+                for _ in 0..iters.max(1) {
+                    t.push(exec.forward(&mut lin, config, &x, m, &mut out)?);
+                }
+                t.sort_by(f64::total_cmp);
+                Ok(Ok(t[t.len() / 2]))
             };
-            let ok = check.ok();
-            let (e, tol) = (check.rel_error, check.tolerance);
-            checks.push(check);
-            if !ok {
-                return Err(format!(
-                    "wrong output: rel err {e:.2e} (tolerance {tol:.0e}) against the {} reference",
-                    refr.label
-                ));
-            }
-            let mut t: Vec<f64> = (0..iters.max(1))
-                .map(|_| exec.forward(&mut lin, config, &x, m, &mut out))
-                .collect::<Result<_, _>>()?;
-            t.sort_by(f64::total_cmp);
-            Ok(t[t.len() / 2])
+            let r = match measure() {
+                Ok(r) => r,
+                Err(e) => {
+                    runtime_failures.push((m, entry.name));
+                    Err(e.message)
+                }
+            };
+            bar.inc(1);
+            r
         },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(crate::error::select_error)?;
     if let Some(p) = path {
-        tuning.save(p).map_err(|e| e.to_string())?;
+        tuning.save(p).map_err(as_kind(Kind::Runtime))?;
     }
     Ok(Sweep {
         measurements,
         checks,
+        runtime_failures,
+        skipped: None,
+        baseline: None,
+        iters,
     })
 }
 
@@ -168,25 +215,54 @@ impl Sweep {
         self.checks.iter().all(Check::ok)
     }
 
+    /// The exit code: 1 when a check failed, 4 when a kernel failed to build or run (the
+    /// highest wins), else 0.
+    pub fn outcome(&self) -> Option<Kind> {
+        let check = (!self.all_checked_ok()).then_some(Kind::CheckFailed);
+        let runtime = (!self.runtime_failures.is_empty()).then_some(Kind::Runtime);
+        crate::error::worst(check.into_iter().chain(runtime))
+    }
+
+    /// Seconds of the baseline at `m`, when it was measured there.
+    fn baseline_seconds(&self, m: usize) -> Option<f64> {
+        let b = self.baseline?;
+        self.measurements
+            .iter()
+            .find(|x| x.m == m && x.kernel == b)
+            .and_then(|x| x.seconds.as_ref().ok().copied())
+    }
+
+    /// Speed relative to the baseline at the same M (baseline time / this time): above 1
+    /// is faster than the baseline.
+    fn ratio(&self, x: &Measurement) -> Option<f64> {
+        let sec = *x.seconds.as_ref().ok()?;
+        Some(self.baseline_seconds(x.m)? / sec)
+    }
+
+    fn gflops(config: &LayerConfig, x: &Measurement) -> Option<f64> {
+        let sec = *x.seconds.as_ref().ok()?;
+        Some(2.0 * x.m as f64 * config.n as f64 * config.k as f64 / sec / 1e9)
+    }
+
     /// Human-readable table of the measurements: time, GFLOP/s, the speed relative to the
-    /// `baseline` kernel at the same M (when it was measured), and the reference check.
-    pub fn text(
-        &self,
-        config: &LayerConfig,
-        baseline: Option<&str>,
-        path: Option<&Path>,
-    ) -> String {
+    /// baseline kernel at the same M (when there is one), and the reference check.
+    pub fn text(&self, place: &Place, config: &LayerConfig, path: Option<&Path>) -> String {
         let ms = &self.measurements;
-        let mut s = format!(
-            "layer: {config}\n\n      M  kernel                     time/call    GFLOP/s  vs {:<8} check\n",
-            baseline.unwrap_or("-")
+        let mut s = format!("device: {}\n", place.device());
+        s += &format!(
+            "layer:  {config}\ntimed:  median of {} calls per kernel and M\n",
+            self.iters
+        );
+        if let Some(k) = self.skipped {
+            s += &format!(
+                "note:   {k} (the f64 reference kernel, slow) not timed; --with-reference times it\n"
+            );
+        }
+        s += &format!(
+            "\n      M  kernel                     time/call    GFLOP/s  vs {:<8} check\n",
+            self.baseline.unwrap_or("-")
         );
         for x in ms {
-            let flops = 2.0 * (x.m * config.n * config.k) as f64;
-            let base = ms
-                .iter()
-                .find(|b| b.m == x.m && Some(b.kernel) == baseline)
-                .and_then(|b| b.seconds.as_ref().ok());
             let check = self
                 .check(x.m, x.kernel)
                 .map(|c| {
@@ -200,8 +276,9 @@ impl Sweep {
             let (t, r, ratio) = match &x.seconds {
                 Ok(sec) => (
                     format!("{:>9.3} ms", sec * 1e3),
-                    format!("{:>9.1}", flops / sec / 1e9),
-                    base.map(|b| format!("{:>6.2}x", b / sec))
+                    format!("{:>9.1}", Self::gflops(config, x).unwrap_or(f64::NAN)),
+                    self.ratio(x)
+                        .map(|r| format!("{r:>6.2}x"))
                         .unwrap_or_default(),
                 ),
                 Err(e) => ("failed".into(), e.clone(), String::new()),
@@ -219,21 +296,35 @@ impl Sweep {
         s
     }
 
-    /// JSON of the measurements.
-    pub fn json(&self, path: Option<&Path>) -> Value {
+    /// JSON of the measurements: the device, the layer, the baseline, and per measurement
+    /// its time, GFLOP/s, ratio to the baseline at the same M, and reference check.
+    pub fn json(&self, device: &Device, config: &LayerConfig, path: Option<&Path>) -> Value {
         json!({
+            "device": device.to_string(),
+            "platform": device.platform.name(),
+            "layer": config.to_string(),
+            "n": config.n,
+            "k": config.k,
+            "iters": self.iters,
+            "baseline": self.baseline,
+            "skipped": self.skipped,
             "file": path.map(|p| p.display().to_string()),
             "measurements": self.measurements.iter().map(|x| {
                 let c = self.check(x.m, x.kernel);
                 json!({
                     "m": x.m, "kernel": x.kernel, "winner": x.winner,
                     "seconds": x.seconds.as_ref().ok(), "error": x.seconds.as_ref().err(),
+                    "gflops": Self::gflops(config, x),
+                    "ratio_to_baseline": self.ratio(x),
+                    "is_baseline": self.baseline == Some(x.kernel),
                     "reference": c.map(|c| c.reference),
                     "rel_error": c.map(|c| c.rel_error),
+                    "nan_outputs": c.map(|c| c.nan_outputs),
                     "ok": c.map(Check::ok),
                 })
             }).collect::<Vec<_>>(),
             "all_checked_ok": self.all_checked_ok(),
+            "runtime_failures": self.runtime_failures.len(),
         })
     }
 }

@@ -37,3 +37,10 @@ pub fn tolerance(d: DType) -> f64 {
         _ => 1e-2,
     }
 }
+
+/// NaN elements of an output. The CLI poisons every output buffer with NaN (f32) or the
+/// 0xffff bit pattern (a NaN in bf16 and f16) before handing it to a kernel, so a NaN left
+/// over is an element the kernel did not write, and fails the check.
+pub fn count_nan(out: &[f32]) -> usize {
+    out.iter().filter(|v| v.is_nan()).count()
+}

@@ -9,7 +9,9 @@ use fp8_linear::cuda::runtime::buffer::Element;
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::{bf16, f16, DType, LayerConfig, Linear};
 
-use crate::run_layer::Executor;
+use crate::error::CliError;
+use crate::run_layer::{Executor, POISON_16};
+use crate::sizes::{try_collect, try_filled};
 
 /// Runs layers on device memory: uploads the input, times the call with CUDA events,
 /// downloads the output.
@@ -24,19 +26,24 @@ impl GpuExecutor {
     }
 }
 
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
+fn err(e: impl std::fmt::Display) -> CliError {
+    CliError::runtime(e.to_string())
 }
 
 /// An element the CLI moves between host f32 and device buffers.
 trait Convert: Element {
     fn from_f32(v: f32) -> Self;
     fn into_f32(self) -> f32;
+    /// The NaN output buffers are filled with before a call (0xffff for 16-bit types).
+    fn poison() -> Self;
 }
 
 impl Convert for f32 {
     fn from_f32(v: f32) -> Self {
         v
+    }
+    fn poison() -> Self {
+        f32::NAN
     }
     fn into_f32(self) -> f32 {
         self
@@ -50,6 +57,9 @@ impl Convert for bf16 {
     fn into_f32(self) -> f32 {
         self.to_f32()
     }
+    fn poison() -> Self {
+        bf16::from_bits(POISON_16)
+    }
 }
 
 impl Convert for f16 {
@@ -59,21 +69,27 @@ impl Convert for f16 {
     fn into_f32(self) -> f32 {
         self.to_f32()
     }
+    fn poison() -> Self {
+        f16::from_bits(POISON_16)
+    }
 }
 
-/// Uploads `x` as `I`, runs one call into an output of `O`, downloads it; returns the
-/// event-timed milliseconds of the call.
+/// Uploads `x` as `I`, runs one call into a poisoned output of `O`, downloads it; returns
+/// the event-timed milliseconds of the call.
 fn timed<I: Convert, O: Convert>(
     gpu: &Arc<Gpu>,
     linear: &mut Linear,
     x: &[f32],
     shape: (usize, usize, usize),
     out: &mut [f32],
-) -> Result<f32, String> {
+) -> Result<f32, CliError> {
     let (m, n, k) = shape;
-    let host: Vec<I> = x.iter().map(|v| I::from_f32(*v)).collect();
+    let host: Vec<I> = try_collect("host input", x.len(), x.iter().map(|v| I::from_f32(*v)))?;
     let input = DeviceBuffer::from_host(gpu, &host).map_err(err)?;
-    let mut o = DeviceBuffer::<O>::zeros(gpu, m * n).map_err(err)?;
+    drop(host);
+    let poison = try_filled("host output", m * n, O::poison())?;
+    let mut o = DeviceBuffer::<O>::from_host(gpu, &poison).map_err(err)?;
+    drop(poison);
     let timer = EventTimer::new(gpu).map_err(err)?;
     timer.start(gpu.stream()).map_err(err)?;
     linear
@@ -94,12 +110,14 @@ fn timed_in<I: Convert>(
     x: &[f32],
     shape: (usize, usize, usize),
     out: &mut [f32],
-) -> Result<f32, String> {
+) -> Result<f32, CliError> {
     match out_dtype {
         DType::Bf16 => timed::<I, bf16>(gpu, linear, x, shape, out),
         DType::F16 => timed::<I, f16>(gpu, linear, x, shape, out),
         DType::F32 => timed::<I, f32>(gpu, linear, x, shape, out),
-        d => Err(format!("the CLI cannot produce {d} outputs")),
+        d => Err(CliError::bad_input(format!(
+            "the CLI cannot produce {d} outputs"
+        ))),
     }
 }
 
@@ -111,14 +129,16 @@ impl Executor for GpuExecutor {
         x: &[f32],
         m: usize,
         out: &mut [f32],
-    ) -> Result<f64, String> {
+    ) -> Result<f64, CliError> {
         let shape = (m, config.n, config.k);
         let (g, o) = (&self.gpu, config.output_dtype);
         let ms = match config.input_dtype {
             DType::Bf16 => timed_in::<bf16>(g, linear, o, x, shape, out),
             DType::F16 => timed_in::<f16>(g, linear, o, x, shape, out),
             DType::F32 => timed_in::<f32>(g, linear, o, x, shape, out),
-            d => Err(format!("the CLI cannot feed {d} inputs")),
+            d => Err(CliError::bad_input(format!(
+                "the CLI cannot feed {d} inputs"
+            ))),
         }?;
         Ok(ms as f64 / 1e3)
     }

@@ -1,7 +1,10 @@
 //! Command-line description of a layer and of selection overrides, shared by subcommands.
 
 use clap::{Args, ValueEnum};
-use fp8_linear::{DType, LayerConfig, Options, QuantKey};
+use fp8_linear::{tables::BUILTIN, DType, LayerConfig, Options, QuantKey};
+
+use crate::error::CliError;
+use crate::sizes::MAX_ITERS;
 
 /// Layer kinds the CLI can describe.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -22,11 +25,11 @@ pub struct LayerArgs {
     /// Layer kind.
     #[arg(long, value_enum, default_value = "block")]
     pub layer: LayerKind,
-    /// Output features (rows of the weight).
-    #[arg(long, short = 'n', default_value_t = 4096)]
+    /// Output features (rows of the weight), at least 1.
+    #[arg(long, short = 'n', default_value_t = 4096, value_parser = parse_n)]
     pub n: usize,
-    /// Input features (columns of the weight).
-    #[arg(long, short = 'k', default_value_t = 7168)]
+    /// Input features (columns of the weight), at least 1.
+    #[arg(long, short = 'k', default_value_t = 7168, value_parser = parse_k)]
     pub k: usize,
     /// Activation dtype: f32, bf16 or f16.
     #[arg(long, default_value = "bf16", value_parser = parse_dtype)]
@@ -34,6 +37,39 @@ pub struct LayerArgs {
     /// Output dtype: f32, bf16 or f16.
     #[arg(long, default_value = "bf16", value_parser = parse_dtype)]
     pub output: DType,
+}
+
+fn at_least_one(s: &str, what: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err(format!("{what} must be at least 1")),
+        Ok(v) => Ok(v),
+        Err(e) => Err(format!(
+            "{what} must be an integer from 1 to {}: {e}",
+            usize::MAX
+        )),
+    }
+}
+
+/// `-m`: rows of the activations, at least 1.
+pub fn parse_m(s: &str) -> Result<usize, String> {
+    at_least_one(s, "M")
+}
+
+fn parse_n(s: &str) -> Result<usize, String> {
+    at_least_one(s, "N")
+}
+
+fn parse_k(s: &str) -> Result<usize, String> {
+    at_least_one(s, "K")
+}
+
+/// `--iters`: timed calls, from 1 to [`MAX_ITERS`].
+pub fn parse_iters(s: &str) -> Result<usize, String> {
+    let v = at_least_one(s, "--iters")?;
+    if v > MAX_ITERS {
+        return Err(format!("--iters must be at most {MAX_ITERS}"));
+    }
+    Ok(v)
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
@@ -72,8 +108,10 @@ pub struct OverrideArgs {
 }
 
 impl OverrideArgs {
-    /// The environment's options with these overrides on top.
-    pub fn options(&self, env: &Options) -> Options {
+    /// The environment's options with these overrides on top; every kernel and backend
+    /// name in them (flags and environment) must exist, or it is an error naming the
+    /// closest names.
+    pub fn options(&self, env: &Options) -> Result<Options, CliError> {
         let mut o = env.overrides.clone();
         if let Some(f) = &self.force {
             o = o.force(f.clone());
@@ -84,6 +122,7 @@ impl OverrideArgs {
         if let Some(b) = &self.backend {
             o = o.backend(b.clone());
         }
-        env.clone().with_overrides(o)
+        crate::names::check_overrides(&BUILTIN, &o)?;
+        Ok(env.clone().with_overrides(o))
     }
 }

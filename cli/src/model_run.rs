@@ -9,42 +9,52 @@
 //! weight-only, against the W8A16 reference).
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Instant;
 
 use clap::Args;
-use fp8_linear::{DType, Linear, Options, Registry};
+use fp8_linear::{Linear, Options, Registry};
 use fp8_linear_checkpoint::{Checkpoint, QuantLayer};
-use half::{bf16, f16};
-use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::check::{tolerance, Reference};
+use crate::check::{count_nan, tolerance, Reference};
+use crate::error::{CliError, Kind};
 use crate::layer_reference::reference_rows;
 use crate::place::{choose, Place};
 use crate::plan::bytes;
-use crate::run_layer::{gather_rows, sample_rows, Executor};
+use crate::run_layer::{gather_rows, sample_rows, to_dtype_bits, Executor};
+use crate::sizes::{try_collect, try_filled};
 
 /// Checkpoint options of `run`.
 #[derive(Args, Debug, Clone)]
 pub struct CheckpointRunArgs {
-    /// Checkpoint directory: run every quantized layer of it instead of one random layer.
+    /// Checkpoint directory: run every quantized layer of it instead of one random layer
+    /// (the layers' shapes and kinds come from the checkpoint, so `-n`, `-k`, `--layer`,
+    /// `--input` and `--output` are refused with it; `--only` picks layers).
+    #[arg(conflicts_with_all = ["layer", "n", "k", "input", "output"])]
     pub dir: Option<std::path::PathBuf>,
     /// Layers to check against the f64 reference (one of each distinct config first,
     /// then spread over the model).
     #[arg(long, default_value_t = 4)]
     pub check: usize,
+    /// With DIR: run only the layers whose name contains this text (`mlp.down_proj`,
+    /// `layers.0.`).
+    #[arg(long, value_name = "TEXT", requires = "dir")]
+    pub only: Option<String>,
 }
 
-/// `x` rounded to the values a tensor of `dtype` holds, back in f32.
-fn round_to(dtype: DType, x: Vec<f32>) -> Vec<f32> {
-    match dtype {
-        DType::Bf16 => x.iter().map(|v| bf16::from_f32(*v).to_f32()).collect(),
-        DType::F16 => x.iter().map(|v| f16::from_f32(*v).to_f32()).collect(),
-        _ => x,
-    }
+/// What a checkpoint run does: rows, timed calls, layers to check, a layer-name filter.
+#[derive(Copy, Clone, Debug)]
+pub struct RunSpec<'a> {
+    /// Rows of the activations.
+    pub m: usize,
+    /// Timed calls per layer.
+    pub iters: usize,
+    /// Layers to check against the f64 reference.
+    pub check: usize,
+    /// Only the layers whose name contains this.
+    pub only: Option<&'a str>,
 }
 
 /// The outcome of one layer.
@@ -63,13 +73,16 @@ struct LayerResult {
     reference: Option<&'static str>,
     /// A forced kernel that could not run for this layer, and what ran instead.
     force_note: Option<String>,
-    /// Why the kernel failed to run (after it was built).
+    /// Why the kernel failed to build or run.
     failure: Option<String>,
+    /// NaN elements in the output (outputs are poisoned with NaN before every call, so a
+    /// NaN is an element the kernel did not write).
+    nan_outputs: usize,
 }
 
 impl LayerResult {
     fn ok(&self) -> bool {
-        self.ran() && self.check.is_none_or(|(e, tol)| e < tol)
+        self.ran() && self.nan_outputs == 0 && self.check.is_none_or(|(e, tol)| e < tol)
     }
 
     /// Whether a kernel was built and ran.
@@ -117,7 +130,7 @@ fn run_layer(
     iters: usize,
     check: bool,
     options: &Options,
-) -> Result<LayerResult, String> {
+) -> Result<LayerResult, CliError> {
     let c = l.config;
     let mut res = LayerResult {
         name: l.name.clone(),
@@ -130,13 +143,16 @@ fn run_layer(
         reference: None,
         force_note: None,
         failure: None,
+        nan_outputs: 0,
     };
-    let tensors = ck.layer_tensors(l).map_err(|e| e.to_string())?;
+    let tensors = ck
+        .layer_tensors(l)
+        .map_err(crate::error::checkpoint_error)?;
     let t = Instant::now();
     let choice = match choose(registry, place, &c, None, &options.overrides) {
         Ok(choice) => choice,
         Err(e) => {
-            res.kernel = Err(e);
+            res.kernel = Err(e.message);
             return Ok(res);
         }
     };
@@ -148,28 +164,33 @@ fn run_layer(
         &tensors.view(),
         &options.kernel,
     );
+    res.kernel = Ok(choice.entry.name);
     let mut linear = match built {
         Ok(lin) => lin,
         Err(e) => {
-            res.kernel = Err(format!("{}: {e}", choice.entry.name));
+            res.failure = Some(format!("building {}: {e}", choice.entry.name));
             return Ok(res);
         }
     };
     res.load_seconds = t.elapsed().as_secs_f64();
     res.kernel = Ok(linear.entry().name);
     let mut rng = rand::rng();
-    let x: Vec<f32> = (0..m * c.k)
-        .map(|_| rng.random_range(-1.0f32..1.0))
-        .collect();
-    let x = round_to(c.input_dtype, x);
-    let mut out = vec![f32::NAN; m * c.n];
+    // The sizes were checked against memory before the first layer ran.
+    let len = m.saturating_mul(c.k);
+    let x = try_collect(
+        "activations",
+        len,
+        (0..len).map(|_| rng.random_range(-1.0f32..1.0)),
+    )?;
+    let x = to_dtype_bits(x, c.input_dtype);
+    let mut out = try_filled("output", m.saturating_mul(c.n), f32::NAN)?;
     // One untimed call (first touch, module load), then the timed ones.
     let mut times = Vec::with_capacity(iters);
     for i in 0..=iters {
         let secs = match exec.forward(&mut linear, &c, &x, m, &mut out) {
             Ok(secs) => secs,
             Err(e) => {
-                res.failure = Some(e);
+                res.failure = Some(e.message);
                 return Ok(res);
             }
         };
@@ -181,10 +202,11 @@ fn run_layer(
     drop(linear);
     times.sort_by(f64::total_cmp);
     res.seconds = times[times.len() / 2];
+    res.nan_outputs = count_nan(&out);
     if check {
         let rows = sample_rows(m);
         let want = reference_rows(&refr.config, &tensors, &x, &rows)
-            .map_err(|e| format!("layer {}: {e}", l.name))?;
+            .map_err(|e| CliError::runtime(format!("layer {}: {e}", l.name)))?;
         let got = gather_rows(&out, c.n, &rows);
         res.reference = Some(refr.label);
         res.check = Some((
@@ -210,6 +232,22 @@ impl ModelReport {
     /// Whether every layer got a kernel and every checked layer is within tolerance.
     pub fn ok(&self) -> bool {
         self.layers.iter().all(LayerResult::ok)
+    }
+
+    /// The exit code: 4 when a layer failed to build or run, 3 when one has no kernel, 1
+    /// when one failed its check or left NaNs (the highest wins), else 0.
+    pub fn outcome(&self) -> Option<Kind> {
+        crate::error::worst(self.layers.iter().filter_map(|r| {
+            if r.failure.is_some() {
+                Some(Kind::Runtime)
+            } else if r.kernel.is_err() {
+                Some(Kind::NoKernel)
+            } else if !r.ok() {
+                Some(Kind::CheckFailed)
+            } else {
+                None
+            }
+        }))
     }
 
     /// Per kernel: (layers, summed median seconds, FLOPs per call).
@@ -286,6 +324,9 @@ impl ModelReport {
                             r.reference.unwrap_or("?"),
                             if e < tol { "ok" } else { "FAILED" }
                         );
+                    }
+                    if r.nan_outputs > 0 {
+                        s += &format!("   FAILED: {} NaN outputs (unwritten)", r.nan_outputs);
                     }
                     s.push('\n');
                 }
@@ -376,6 +417,7 @@ impl ModelReport {
                 "reference": r.reference,
                 "rel_error": r.check.map(|c| c.0),
                 "tolerance": r.check.map(|c| c.1),
+                "nan_outputs": r.nan_outputs,
                 "ok": r.ok(),
             })).collect::<Vec<_>>(),
             "kernels": self.per_kernel().into_iter().map(|(k, (n, secs, flops))| (k.to_string(), json!({
@@ -392,36 +434,64 @@ impl ModelReport {
     }
 }
 
-/// Runs every layer of the checkpoint at `dir` on the place's target through `exec`, with
-/// the kernels `registry` selects.
-#[allow(clippy::too_many_arguments)]
+/// Runs every layer (or the `--only` ones) of the checkpoint at `dir` on the place's target
+/// through `exec`, with the kernels `registry` selects. The memory of the largest layer at
+/// M is checked before anything runs.
 pub fn run(
     dir: &Path,
     registry: &Registry,
     place: &Place,
     exec: &mut dyn Executor,
-    m: usize,
-    iters: usize,
-    check: usize,
+    spec: &RunSpec<'_>,
     options: &Options,
     quiet: bool,
-) -> Result<ModelReport, String> {
+) -> Result<ModelReport, CliError> {
+    let RunSpec {
+        m,
+        iters,
+        check,
+        only,
+    } = *spec;
     let wall = Instant::now();
-    let ck = Checkpoint::open(dir).map_err(|e| e.to_string())?;
-    let layers = ck.layers();
-    let to_check = check_set(layers, check);
-    let bar = if quiet || !std::io::stderr().is_terminal() {
-        ProgressBar::hidden()
-    } else {
-        let b = ProgressBar::new(layers.len() as u64);
-        if let Ok(style) =
-            ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} layers {elapsed} {msg}")
-        {
-            b.set_style(style.progress_chars("=> "));
+    let ck = Checkpoint::open(dir).map_err(crate::error::checkpoint_error)?;
+    let layers: Vec<QuantLayer> = match only {
+        None => ck.layers().to_vec(),
+        Some(text) => {
+            let picked: Vec<QuantLayer> = ck
+                .layers()
+                .iter()
+                .filter(|l| l.name.contains(text))
+                .cloned()
+                .collect();
+            if picked.is_empty() {
+                let some: Vec<&str> = ck
+                    .layers()
+                    .iter()
+                    .take(4)
+                    .map(|l| l.name.as_str())
+                    .collect();
+                return Err(CliError::bad_input(format!(
+                    "--only {text}: no layer of {} has it in its name (layers: {}, ...)",
+                    dir.display(),
+                    some.join(", ")
+                )));
+            }
+            picked
         }
-        b.enable_steady_tick(std::time::Duration::from_millis(200));
-        b
     };
+    // Sizes first: the largest layer at M must fit before any layer runs.
+    let mut biggest: Option<(u64, &QuantLayer)> = None;
+    for l in &layers {
+        let f = crate::sizes::layer_footprint(&format!("run: layer {}", l.name), &l.config, &[m])?;
+        if biggest.is_none_or(|(b, _)| f.total() > b) {
+            biggest = Some((f.total(), l));
+        }
+    }
+    if let Some((_, l)) = biggest {
+        crate::sizes::check_layer(&format!("run: layer {}", l.name), &l.config, &[m])?;
+    }
+    let to_check = check_set(&layers, check);
+    let bar = crate::progress::bar(layers.len() as u64, "layers", quiet);
     let mut results = Vec::with_capacity(layers.len());
     for (i, l) in layers.iter().enumerate() {
         bar.set_message(l.name.clone());
@@ -444,7 +514,7 @@ pub fn run(
         device: place.device().to_string(),
         m,
         iters: iters.max(1),
-        fp8_bytes: layers.iter().map(|l| l.weight_bytes()).sum(),
+        fp8_bytes: layers.iter().map(QuantLayer::weight_bytes).sum(),
         layers: results,
         wall_seconds: wall.elapsed().as_secs_f64(),
     })
@@ -491,14 +561,18 @@ mod tests {
             builtin,
             &cpu(),
             &mut exec,
-            3,
-            1,
-            5,
+            &RunSpec {
+                m: 3,
+                iters: 1,
+                check: 5,
+                only: None,
+            },
             &Options::none(),
             true,
         )
         .unwrap();
         assert!(r.ok(), "{}", r.text());
+        assert_eq!(r.outcome(), None);
         assert_eq!(r.layers.iter().filter(|l| l.check.is_some()).count(), 5);
         assert!(r.text().contains("model linear time"));
         assert!(r.text().contains("checked against the w8a8 reference"));
@@ -574,9 +648,12 @@ mod tests {
             &W8A16,
             &cpu(),
             &mut exec,
-            4,
-            1,
-            n,
+            &RunSpec {
+                m: 4,
+                iters: 1,
+                check: n,
+                only: None,
+            },
             &Options::none(),
             true,
         )
@@ -602,14 +679,18 @@ mod tests {
             &MISLABELED,
             &cpu(),
             &mut exec,
-            4,
-            1,
-            n,
+            &RunSpec {
+                m: 4,
+                iters: 1,
+                check: n,
+                only: None,
+            },
             &Options::none(),
             true,
         )
         .unwrap();
         assert!(!r.ok(), "{}", r.text());
+        assert_eq!(r.outcome(), Some(Kind::CheckFailed), "{}", r.text());
         assert!(r.text().contains("checked against the w8a8 reference"));
         assert!(r.text().contains("FAILED"));
         let _ = std::fs::remove_dir_all(&dir);

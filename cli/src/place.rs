@@ -8,6 +8,7 @@ use fp8_linear::{
     Device, KernelEntry, LayerConfig, Overrides, Platform, Registry, Target, TuningFile, Verdict,
 };
 
+use crate::error::CliError;
 use crate::run_layer::{Executor, HostExecutor};
 
 /// Device selection of the commands that run layers.
@@ -51,7 +52,7 @@ pub fn no_gpu_reason() -> String {
 impl Place {
     /// The target the arguments name; says on stderr (unless `quiet`) why the CPU is used
     /// when no GPU was asked for and none is usable.
-    pub fn open(args: &TargetArgs, quiet: bool) -> Result<Place, String> {
+    pub fn open(args: &TargetArgs, quiet: bool) -> Result<Place, CliError> {
         if let Some(n) = args.gpu {
             return Self::gpu(n);
         }
@@ -87,8 +88,9 @@ impl Place {
     }
 
     #[cfg(feature = "cuda")]
-    fn gpu(ordinal: u32) -> Result<Place, String> {
-        let target = Target::cuda(ordinal).map_err(|e| format!("--gpu {ordinal}: {e}"))?;
+    fn gpu(ordinal: u32) -> Result<Place, CliError> {
+        let target = Target::cuda(ordinal)
+            .map_err(|e| CliError::runtime(format!("--gpu {ordinal}: {e}")))?;
         Ok(Place {
             target,
             cpu_reason: None,
@@ -96,10 +98,10 @@ impl Place {
     }
 
     #[cfg(not(feature = "cuda"))]
-    fn gpu(ordinal: u32) -> Result<Place, String> {
-        Err(format!(
+    fn gpu(ordinal: u32) -> Result<Place, CliError> {
+        Err(CliError::runtime(format!(
             "--gpu {ordinal}: this build has no CUDA support (feature `cuda` off)"
-        ))
+        )))
     }
 
     /// The device layers are judged against and run on.
@@ -136,7 +138,7 @@ pub fn choose(
     config: &LayerConfig,
     tuned: Option<(usize, &TuningFile)>,
     ov: &Overrides,
-) -> Result<Choice, String> {
+) -> Result<Choice, CliError> {
     let device = place.device();
     let selected = match tuned {
         Some((m, tuning)) => {
@@ -145,7 +147,7 @@ pub fn choose(
         }
         None => registry.select(device, config, ov),
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(crate::error::select_error)?;
     let entry = selected.entry;
     let force_note = match &ov.force {
         Some((name, _)) if !name.eq_ignore_ascii_case(entry.name) => {

@@ -10,6 +10,7 @@ use fp8_linear::{tables::BUILTIN, Device, LayerConfig, Options, Overrides};
 use fp8_linear_checkpoint::Checkpoint;
 use serde_json::{json, Value};
 
+use crate::error::{CliError, Kind};
 use crate::layer_args::OverrideArgs;
 
 /// Arguments of `plan`.
@@ -21,9 +22,13 @@ pub struct PlanArgs {
     /// for the detected device; comma separated or repeated.
     #[arg(long, value_delimiter = ',', default_value = "auto")]
     pub device: Vec<String>,
-    /// Exit with status 1 when some layer cannot be served on some device.
+    /// Exit with status 3 (no kernel) when some layer cannot be served on some device.
     #[arg(long)]
     pub strict: bool,
+    /// Shard every layer over this many GPUs, as engines do (column-parallel q/k/v/gate/up
+    /// split N, row-parallel o/down split K) and plan each shard.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub tp: Option<u16>,
     #[command(flatten)]
     pub overrides: OverrideArgs,
 }
@@ -241,21 +246,35 @@ fn render_json(ck: &Checkpoint, plan: &Plan) -> Value {
 }
 
 /// Runs `plan` with the environment's options `env` (the command line's overrides on top).
-pub fn run(args: &PlanArgs, json: bool, env: &Options) -> Result<ExitCode, String> {
+pub fn run(args: &PlanArgs, json: bool, env: &Options) -> Result<ExitCode, CliError> {
+    let options = args.overrides.options(env)?;
     let devices = args
         .device
         .iter()
         .map(|d| crate::resolve_target(d, json).map(|t| (d.clone(), t.device().clone())))
         .collect::<Result<Vec<_>, _>>()?;
-    let ck = Checkpoint::open(&args.dir).map_err(|e| e.to_string())?;
-    let plan = build(&ck, devices, &args.overrides.options(env).overrides);
+    let ck = Checkpoint::open(&args.dir).map_err(crate::error::checkpoint_error)?;
+    if let Some(tp) = args.tp {
+        let plan = crate::plan_tp::build(&ck, tp as usize, devices, &options.overrides);
+        if json {
+            println!("{:#}", plan.render_json());
+        } else {
+            print!("{}", plan.render_text());
+        }
+        return Ok(if args.strict && !plan.all_served() {
+            Kind::NoKernel.exit()
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
+    let plan = build(&ck, devices, &options.overrides);
     if json {
         println!("{:#}", render_json(&ck, &plan));
     } else {
         print!("{}", render_text(&ck, &plan));
     }
     Ok(if args.strict && !plan.all_served() {
-        ExitCode::from(1)
+        Kind::NoKernel.exit()
     } else {
         ExitCode::SUCCESS
     })

@@ -11,8 +11,10 @@ use fp8_linear::{
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::check::{tolerance, Reference};
+use crate::check::{count_nan, tolerance, Reference};
+use crate::error::{as_kind, CliError, Kind};
 use crate::place::{choose, Place};
+use crate::sizes::{try_collect, try_filled};
 
 /// The outcome of one run.
 pub struct RunReport {
@@ -34,6 +36,8 @@ pub struct RunReport {
     pub seconds: f64,
     /// M, N, K.
     pub mnk: (usize, usize, usize),
+    /// NaN elements in the whole output (unwritten: outputs are poisoned with NaN).
+    pub nan_outputs: usize,
 }
 
 impl RunReport {
@@ -43,9 +47,14 @@ impl RunReport {
         2.0 * (m * n * k) as f64 / self.seconds / 1e12
     }
 
-    /// Whether the output is within tolerance of the reference.
+    /// Whether the output is within tolerance of the reference and fully written.
     pub fn ok(&self) -> bool {
-        self.rel_error < self.tolerance
+        self.nan_outputs == 0 && self.rel_error < self.tolerance
+    }
+
+    /// The exit code: 0, or 1 when the check failed.
+    pub fn outcome(&self) -> Option<Kind> {
+        crate::error::worst((!self.ok()).then_some(Kind::CheckFailed))
     }
 
     /// Human-readable summary.
@@ -57,6 +66,13 @@ impl RunReport {
         );
         if let Some(note) = &self.force_note {
             s += &format!("forced:    {note}\n");
+        }
+        if self.nan_outputs > 0 {
+            s += &format!(
+                "unwritten: {} of {} output elements are NaN (never written by the kernel)\n",
+                self.nan_outputs,
+                m * n
+            );
         }
         s += &format!(
             "check:     checked against the {} reference (f64): {:.3e} relative Frobenius (< {:.0e}), {} rows -> {}\ntime:      {:.3} ms per call (median)\nthroughput: {:.2} GFLOP/s\n",
@@ -79,6 +95,7 @@ impl RunReport {
             "reference": self.reference, "rel_error": self.rel_error,
             "tolerance": self.tolerance, "rows_checked": self.rows_checked,
             "ok": self.ok(), "force_rejected": self.force_note,
+            "nan_outputs": self.nan_outputs,
             "seconds": self.seconds, "tflops": self.tflops(),
         })
     }
@@ -98,23 +115,39 @@ pub struct RandomWeights {
 }
 
 impl RandomWeights {
-    /// Fresh random weights for `config`.
-    pub fn new(config: &LayerConfig) -> Self {
+    /// Fresh random weights for `config` (an error, not an abort, when they cannot be
+    /// allocated).
+    pub fn new(config: &LayerConfig) -> Result<Self, CliError> {
         let mut rng = rand::rng();
         let [r, c] = config.weight_scale_shape();
-        let scales = (0..r * c)
-            .map(|_| 2f32.powi(rng.random_range(-4..=4)) * rng.random_range(0.5f32..1.0) / 448.0)
-            .collect();
-        let codes = (0..config.n * config.k)
-            .map(|_| f32_to_e4m3(rng.random_range(-448.0f32..448.0)))
-            .collect();
-        RandomWeights {
+        let overflow = || {
+            CliError::bad_input(format!(
+                "layer N={} K={}: the weight's size overflows usize",
+                config.n, config.k
+            ))
+        };
+        let len = r.checked_mul(c).ok_or_else(overflow)?;
+        let scales = try_collect(
+            "weight scales",
+            len,
+            (0..len).map(|_| {
+                2f32.powi(rng.random_range(-4..=4)) * rng.random_range(0.5f32..1.0) / 448.0
+            }),
+        )?;
+        let len = config.n.checked_mul(config.k).ok_or_else(overflow)?;
+        let mut rng = rand::rng();
+        let codes = try_collect(
+            "FP8 weight",
+            len,
+            (0..len).map(|_| f32_to_e4m3(rng.random_range(-448.0f32..448.0))),
+        )?;
+        Ok(RandomWeights {
             codes,
             scales,
             input_scale: [0.02],
             scale_shape: [r, c],
             nk: [config.n, config.k],
-        }
+        })
     }
 
     /// Views of the weights as a kernel's `process_weights` takes them.
@@ -129,16 +162,19 @@ impl RandomWeights {
     }
 }
 
-/// The values a kernel sees after conversion of `x` to the input dtype, back in f32.
-pub fn to_dtype_bits(x: &[f32], dtype: DType) -> Vec<f32> {
+/// The values a kernel sees after conversion of `x` to the input dtype, back in f32 (in
+/// place).
+pub fn to_dtype_bits(mut x: Vec<f32>, dtype: DType) -> Vec<f32> {
     match dtype {
         DType::Bf16 => x
-            .iter()
-            .map(|v| half::bf16::from_f32(*v).to_f32())
-            .collect(),
-        DType::F16 => x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
-        _ => x.to_vec(),
+            .iter_mut()
+            .for_each(|v| *v = half::bf16::from_f32(*v).to_f32()),
+        DType::F16 => x
+            .iter_mut()
+            .for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
+        _ => {}
     }
+    x
 }
 
 /// f64 reference output of a random layer for selected rows of `x`, computed for `config`
@@ -206,7 +242,9 @@ fn deq_groups(q: &[u8], s: &[f32], m: usize, k: usize, g: usize) -> Vec<f32> {
 }
 
 /// Runs one forward call of a layer on `x` (`[m, k]` f32 values already representable in
-/// the input dtype) and writes the output as f32; returns the seconds the call took.
+/// the input dtype) and writes the output as f32; returns the seconds the call took. The
+/// buffer handed to the kernel is poisoned first (NaN for f32, 0xffff for bf16 / f16, a NaN
+/// in both), so an element the kernel does not write comes back as NaN in `out`.
 pub trait Executor {
     /// One timed forward call.
     fn forward(
@@ -216,8 +254,11 @@ pub trait Executor {
         x: &[f32],
         m: usize,
         out: &mut [f32],
-    ) -> Result<f64, String>;
+    ) -> Result<f64, CliError>;
 }
+
+/// The bf16 / f16 bit pattern the CLI poisons 16-bit outputs with: all ones, a NaN.
+pub const POISON_16: u16 = 0xffff;
 
 /// Runs layers on host memory (CPU kernels).
 pub struct HostExecutor;
@@ -230,24 +271,30 @@ impl Executor for HostExecutor {
         x: &[f32],
         m: usize,
         out: &mut [f32],
-    ) -> Result<f64, String> {
+    ) -> Result<f64, CliError> {
         let k = config.k;
         let xb: Vec<half::bf16>;
         let xh: Vec<half::f16>;
         let input = match config.input_dtype {
             DType::Bf16 => {
-                xb = x.iter().map(|v| half::bf16::from_f32(*v)).collect();
+                xb = try_collect(
+                    "bf16 input",
+                    x.len(),
+                    x.iter().map(|v| half::bf16::from_f32(*v)),
+                )?;
                 Tensor::bf16(&xb, [m, k])
             }
             DType::F16 => {
-                xh = x.iter().map(|v| half::f16::from_f32(*v)).collect();
+                xh = try_collect(
+                    "f16 input",
+                    x.len(),
+                    x.iter().map(|v| half::f16::from_f32(*v)),
+                )?;
                 Tensor::f16(&xh, [m, k])
             }
             _ => Tensor::f32(x, [m, k]),
         };
-        let t = Instant::now();
-        run_out(linear, &input, config, out).map_err(|e| e.to_string())?;
-        Ok(t.elapsed().as_secs_f64())
+        run_out(linear, &input, config, out)
     }
 }
 
@@ -264,8 +311,7 @@ pub fn run_random(
     options: &Options,
     tuning: &TuningFile,
     exec: &mut dyn Executor,
-) -> Result<RunReport, String> {
-    let rw = RandomWeights::new(config);
+) -> Result<RunReport, CliError> {
     let choice = choose(
         registry,
         place,
@@ -273,6 +319,7 @@ pub fn run_random(
         Some((m, tuning)),
         &options.overrides,
     )?;
+    let rw = RandomWeights::new(config)?;
     let mut linear = Linear::with_entry(
         choice.entry,
         &place.target,
@@ -280,16 +327,24 @@ pub fn run_random(
         &rw.weights(),
         &options.kernel,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| CliError::runtime(format!("{}: {e}", choice.entry.name)))?;
     let mut rng = rand::rng();
-    let x: Vec<f32> = (0..m * config.k)
-        .map(|_| rng.random_range(-1.0f32..1.0))
-        .collect();
-    let x = to_dtype_bits(&x, config.input_dtype);
-    let mut out = vec![f32::NAN; m * config.n];
+    let len = m.checked_mul(config.k).ok_or_else(|| {
+        CliError::bad_input(format!("M={m} x K={} activations overflow usize", config.k))
+    })?;
+    let x = try_collect(
+        "activations",
+        len,
+        (0..len).map(|_| rng.random_range(-1.0f32..1.0)),
+    )?;
+    let x = to_dtype_bits(x, config.input_dtype);
+    let len = m.checked_mul(config.n).ok_or_else(|| {
+        CliError::bad_input(format!("M={m} x N={} outputs overflow usize", config.n))
+    })?;
+    let mut out = try_filled("output", len, f32::NAN)?;
     // One untimed call (module load, first-touch), then the timed ones.
     exec.forward(&mut linear, config, &x, m, &mut out)?;
-    let mut times = Vec::with_capacity(iters);
+    let mut times = Vec::new();
     for _ in 0..iters.max(1) {
         times.push(exec.forward(&mut linear, config, &x, m, &mut out)?);
     }
@@ -315,6 +370,7 @@ pub fn run_random(
         force_note: choice.force_note,
         seconds: times[times.len() / 2],
         mnk: (m, config.n, config.k),
+        nan_outputs: count_nan(&out),
     })
 }
 
@@ -325,27 +381,51 @@ pub fn gather_rows(out: &[f32], n: usize, rows: &[usize]) -> Vec<f32> {
         .collect()
 }
 
+/// One timed call into a poisoned output of the layer's dtype, copied to `out` as f32;
+/// returns the seconds of the call alone.
 fn run_out(
     linear: &mut Linear,
     input: &Tensor<'_>,
     config: &LayerConfig,
     out: &mut [f32],
-) -> Result<(), fp8_linear::KernelError> {
+) -> Result<f64, CliError> {
     let m = input.shape[0];
-    match config.output_dtype {
+    let shape = [m, config.n];
+    let err = as_kind(Kind::Runtime);
+    let t;
+    let secs = match config.output_dtype {
         DType::Bf16 => {
-            let mut o = vec![half::bf16::ZERO; out.len()];
-            linear.forward(input, &mut TensorMut::bf16(&mut o, [m, config.n]))?;
+            let poison = half::bf16::from_bits(POISON_16);
+            let mut o = try_filled("bf16 output", out.len(), poison)?;
+            t = Instant::now();
+            linear
+                .forward(input, &mut TensorMut::bf16(&mut o, shape))
+                .map_err(err)?;
+            let secs = t.elapsed().as_secs_f64();
             out.iter_mut().zip(&o).for_each(|(d, s)| *d = s.to_f32());
+            secs
         }
         DType::F16 => {
-            let mut o = vec![half::f16::ZERO; out.len()];
-            linear.forward(input, &mut TensorMut::f16(&mut o, [m, config.n]))?;
+            let poison = half::f16::from_bits(POISON_16);
+            let mut o = try_filled("f16 output", out.len(), poison)?;
+            t = Instant::now();
+            linear
+                .forward(input, &mut TensorMut::f16(&mut o, shape))
+                .map_err(err)?;
+            let secs = t.elapsed().as_secs_f64();
             out.iter_mut().zip(&o).for_each(|(d, s)| *d = s.to_f32());
+            secs
         }
-        _ => linear.forward(input, &mut TensorMut::f32(out, [m, config.n]))?,
-    }
-    Ok(())
+        _ => {
+            out.fill(f32::NAN);
+            t = Instant::now();
+            linear
+                .forward(input, &mut TensorMut::f32(out, shape))
+                .map_err(err)?;
+            t.elapsed().as_secs_f64()
+        }
+    };
+    Ok(secs)
 }
 
 /// Up to 16 rows spread over M, always including the first and last.
@@ -356,4 +436,138 @@ pub fn sample_rows(m: usize) -> Vec<usize> {
     let mut v: Vec<usize> = (0..16).map(|i| i * (m - 1) / 15).collect();
     v.dedup();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8_linear::cpu::CpuReference;
+    use fp8_linear::StorageMut;
+    use fp8_linear::{
+        BuildCtx, Family, Fp8Kernel, KernelEntry, KernelError, KernelName, Platform, Registered,
+        Table, Target, Unsupported,
+    };
+
+    /// Row of the output the lazy kernel leaves unwritten: not among the sampled rows at
+    /// M = 40, so only the poisoned buffer shows it.
+    const SKIPPED_ROW: usize = 1;
+
+    /// A kernel that computes every row but one (the reference kernel into scratch, then a
+    /// copy that skips [`SKIPPED_ROW`]).
+    struct Lazy {
+        inner: CpuReference,
+        n: usize,
+    }
+
+    impl KernelName for Lazy {
+        fn name(&self) -> &'static str {
+            "CpuLazy"
+        }
+    }
+
+    impl Fp8Kernel for Lazy {
+        fn can_implement(_: &LayerConfig) -> Result<(), Unsupported> {
+            Ok(())
+        }
+        fn process_weights(&mut self, w: &LayerWeights<'_>) -> Result<(), KernelError> {
+            self.inner.process_weights(w)
+        }
+        fn apply(&mut self, x: &Tensor<'_>, out: &mut TensorMut<'_>) -> Result<(), KernelError> {
+            let m = x.shape[0];
+            let mut scratch = vec![0f32; m * self.n];
+            self.inner
+                .apply(x, &mut TensorMut::f32(&mut scratch, [m, self.n]))?;
+            let n = self.n;
+            let keep = |i: usize| i / n != SKIPPED_ROW;
+            match &mut out.data {
+                StorageMut::F32(o) => (0..m * n)
+                    .filter(|&i| keep(i))
+                    .for_each(|i| o[i] = scratch[i]),
+                StorageMut::Bf16(o) => (0..m * n)
+                    .filter(|&i| keep(i))
+                    .for_each(|i| o[i] = half::bf16::from_f32(scratch[i])),
+                StorageMut::F16(o) => (0..m * n)
+                    .filter(|&i| keep(i))
+                    .for_each(|i| o[i] = half::f16::from_f32(scratch[i])),
+                _ => unreachable!("host outputs only"),
+            }
+            Ok(())
+        }
+    }
+
+    fn lazy(ctx: &BuildCtx<'_>) -> Result<Box<dyn Fp8Kernel>, KernelError> {
+        let c = ctx.config();
+        let f32_out = LayerConfig {
+            output_dtype: DType::F32,
+            ..*c
+        };
+        Ok(Box::new(Lazy {
+            inner: CpuReference::for_layer(&f32_out),
+            n: c.n,
+        }))
+    }
+
+    const LAZY: KernelEntry = KernelEntry {
+        name: "CpuLazy",
+        priority: 1,
+        construct: lazy,
+        ..<CpuReference as Registered>::ENTRY
+    };
+    static LAZY_BLOCK: Table = Table {
+        name: "TEST_LAZY_BLOCK",
+        platform: Platform::Cpu,
+        family: Family::BlockScaled,
+        entries: &[LAZY],
+    };
+    static LAZY_REGISTRY: Registry = Registry::new(&[&LAZY_BLOCK]);
+
+    #[test]
+    fn an_unwritten_output_row_fails_the_check_in_every_output_dtype() {
+        let m = 40;
+        assert!(!sample_rows(m).contains(&SKIPPED_ROW));
+        let place = Place {
+            target: Target::cpu(),
+            cpu_reason: Some("test".into()),
+        };
+        for out in [DType::F32, DType::Bf16, DType::F16] {
+            let config = LayerConfig::block_128(48, 256, DType::Bf16, out);
+            let r = run_random(
+                &LAZY_REGISTRY,
+                &place,
+                &config,
+                m,
+                1,
+                &Options::none(),
+                &TuningFile::new(),
+                &mut HostExecutor,
+            )
+            .unwrap();
+            // The sampled rows match the reference; the unwritten row is NaN, not 0.
+            assert!(r.rel_error < r.tolerance, "{out}: {}", r.text());
+            assert_eq!(r.nan_outputs, config.n, "{out}: {}", r.text());
+            assert!(!r.ok(), "{out}");
+            assert_eq!(r.outcome(), Some(Kind::CheckFailed));
+            assert!(r.text().contains("FAILED"), "{}", r.text());
+            assert!(
+                r.text().contains("48 of 1920 output elements are NaN"),
+                "{}",
+                r.text()
+            );
+        }
+        // The same layer through the real kernel: every element written, ok.
+        let config = LayerConfig::block_128(48, 256, DType::Bf16, DType::Bf16);
+        let r = run_random(
+            &fp8_linear::tables::BUILTIN,
+            &place,
+            &config,
+            m,
+            1,
+            &Options::none(),
+            &TuningFile::new(),
+            &mut HostExecutor,
+        )
+        .unwrap();
+        assert!(r.ok(), "{}", r.text());
+        assert_eq!(r.outcome(), None);
+    }
 }

@@ -178,9 +178,10 @@ fn block_checkpoint_is_served_on_a100_and_h200() {
         assert!(!h.starts_with("Cpu") && h != "MarlinFp8", "h200 picked {h}");
     }
     assert_eq!(v["totals"]["a100"]["unserved_layers"], 0);
-    // A device with no block kernel at all: the plan lists the reasons and --strict fails.
+    // A device with no block kernel at all: the plan lists the reasons and --strict fails
+    // with the no-kernel exit code.
     let p = bin(&["--json", "plan", dir.s(), "--device", "v100", "--strict"]);
-    assert_eq!(p.status.code(), Some(1));
+    assert_eq!(p.status.code(), Some(3), "no kernel: exit 3");
     let v = json(&p);
     assert_eq!(v["all_served"], false);
     let err = v["groups"][0]["kernels"]["v100"]["error"].as_str().unwrap();

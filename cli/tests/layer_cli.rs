@@ -67,7 +67,8 @@ fn explain_a100_block_layer_gives_every_candidate_a_verdict() {
 #[test]
 fn explain_a100_without_cuda_says_there_is_no_cuda_table() {
     let o = bin(&["explain", "--device", "a100"], &[]);
-    assert_eq!(o.status.code(), Some(2));
+    // No kernel for the layer on that device: exit 3, as in every subcommand.
+    assert_eq!(o.status.code(), Some(3));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
         e.contains("no block-scaled kernel table for platform cuda"),
@@ -82,7 +83,7 @@ fn explain_cpu_picks_the_fast_cpu_kernel() {
 }
 
 #[test]
-fn explain_with_everything_disabled_exits_1_and_lists_reasons() {
+fn explain_with_everything_disabled_exits_3_and_lists_reasons() {
     let o = bin(
         &[
             "explain",
@@ -93,7 +94,7 @@ fn explain_with_everything_disabled_exits_1_and_lists_reasons() {
         ],
         &[],
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(3));
     let t = text(&o);
     assert!(t.contains("is disabled by override"), "{t}");
     assert!(t.contains("no kernel"), "{t}");
@@ -176,21 +177,167 @@ fn autotune_winners_are_used_by_run() {
     std::fs::remove_file(&file).unwrap();
 }
 
+/// The bench rows of one M, from `bench --json`.
+fn rows(v: &serde_json::Value, m: u64) -> Vec<&serde_json::Value> {
+    v["measurements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["m"] == m)
+        .collect()
+}
+
 #[test]
 fn bench_compares_with_the_selected_kernel() {
+    let args = [
+        "bench",
+        "--cpu",
+        "--ms",
+        "1,20",
+        "-n",
+        "64",
+        "-k",
+        "128",
+        "--iters",
+        "2",
+        "--with-reference",
+    ];
+    let o = bin(&[&args[..], &["--json"]].concat(), &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&o);
+    assert!(v["device"].as_str().unwrap().starts_with("cpu ["), "{v:#}");
+    // The default baseline is the kernel `select` picks, and it is the row marked so.
+    assert_eq!(v["baseline"], "CpuFp8Gemm", "{v:#}");
+    assert_eq!(v["skipped"], serde_json::Value::Null, "{v:#}");
+    for m in [1, 20] {
+        let rows = rows(&v, m);
+        let kernels: Vec<&str> = rows.iter().map(|x| x["kernel"].as_str().unwrap()).collect();
+        assert_eq!(kernels, ["CpuFp8Gemm", "CpuReference"], "{v:#}");
+        let base = rows.iter().find(|x| x["is_baseline"] == true).unwrap();
+        assert_eq!(base["kernel"], "CpuFp8Gemm", "{v:#}");
+        let base_s = base["seconds"].as_f64().unwrap();
+        for x in &rows {
+            // Every ratio is a positive finite number: the baseline's time over this one's.
+            let ratio = x["ratio_to_baseline"].as_f64().unwrap();
+            let secs = x["seconds"].as_f64().unwrap();
+            assert!(ratio.is_finite() && ratio > 0.0, "{x}");
+            assert!(secs.is_finite() && secs > 0.0, "{x}");
+            assert!((ratio - base_s / secs).abs() <= 1e-9 * ratio, "{x}");
+            assert!(x["gflops"].as_f64().unwrap() > 0.0, "{x}");
+            // Every timed kernel was checked, against the reference of its own numerics,
+            // and wrote every output element.
+            assert_eq!(x["reference"], "w8a8", "{x}");
+            assert_eq!(x["ok"], true, "{x}");
+            assert_eq!(x["nan_outputs"], 0, "{x}");
+        }
+        assert_eq!(
+            rows.iter().filter(|x| x["is_baseline"] == true).count(),
+            1,
+            "{v:#}"
+        );
+    }
+
+    // Another baseline: its rows are the ones at 1.00x, the others relative to it.
     let o = bin(
-        &[
-            "bench", "--cpu", "--ms", "1", "-n", "64", "-k", "128", "--iters", "1",
-        ],
+        &[&args[..], &["--json", "--baseline", "cpureference"]].concat(),
         &[],
     );
+    let v = json(&o);
+    assert_eq!(v["baseline"], "CpuReference", "{v:#}");
+    for x in v["measurements"].as_array().unwrap() {
+        assert_eq!(x["is_baseline"], x["kernel"] == "CpuReference", "{x}");
+    }
+
+    // The text table names the baseline, and every row has a positive finite ratio.
+    let o = bin(&args, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let t = text(&o);
     assert!(t.contains("vs CpuFp8Gemm"), "{t}");
-    assert!(t.contains("1.00x"), "{t}");
-    // Every timed kernel was checked, against the reference of its own numerics.
-    assert!(t.contains("checked against the w8a8 reference: ok"), "{t}");
-    assert!(!t.contains("FAILED"), "{t}");
+    let table: Vec<&str> = t.lines().filter(|l| l.contains(" reference: ")).collect();
+    assert_eq!(table.len(), 4, "{t}");
+    for line in table {
+        let ratio = line
+            .split_whitespace()
+            .find_map(|w| w.strip_suffix('x').and_then(|r| r.parse::<f64>().ok()))
+            .unwrap_or_else(|| panic!("no ratio in `{line}`"));
+        assert!(ratio.is_finite() && ratio > 0.0, "{line}");
+        assert!(
+            line.contains("checked against the w8a8 reference: ok"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn bench_defaults_on_the_cpu_skip_the_reference_kernel() {
+    // The default Ms and calls on the CPU, on a small layer (the default layer is timed in
+    // BENCHMARKS.md / the report, in release).
+    let o = bin(&["bench", "--cpu", "-n", "64", "-k", "128", "--json"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&o);
+    assert_eq!(v["skipped"], "CpuReference", "{v:#}");
+    assert_eq!(v["iters"], 3, "{v:#}");
+    let ms: Vec<u64> = v["measurements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["m"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ms, [1, 16, 128], "{v:#}");
+    assert!(v["measurements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|x| x["kernel"] == "CpuFp8Gemm"));
+    let t = text(&bin(&["bench", "--cpu", "-n", "64", "-k", "128"], &[]));
+    assert!(
+        t.contains(
+            "CpuReference (the f64 reference kernel, slow) not timed; --with-reference times it"
+        ),
+        "{t}"
+    );
+    // Forcing it, or naming it the baseline, times it.
+    let v = json(&bin(
+        &[
+            "bench",
+            "--cpu",
+            "--ms",
+            "1",
+            "-n",
+            "64",
+            "-k",
+            "128",
+            "--iters",
+            "1",
+            "--force",
+            "CpuReference",
+            "--json",
+        ],
+        &[],
+    ));
+    assert_eq!(v["skipped"], serde_json::Value::Null, "{v:#}");
+    assert!(v["measurements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x["kernel"] == "CpuReference"));
+}
+
+#[test]
+fn every_output_dtype_is_fully_written() {
+    // Outputs are poisoned with NaN (0xffff for 16-bit) before every call: a kernel that
+    // left an element unwritten would fail with nan_outputs > 0.
+    for out in ["f32", "bf16", "f16"] {
+        let v = json(&bin(
+            &[
+                "run", "--cpu", "-m", "33", "-n", "130", "-k", "260", "--output", out, "--iters",
+                "2", "--json",
+            ],
+            &[],
+        ));
+        assert_eq!(v["nan_outputs"], 0, "{out}: {v:#}");
+        assert_eq!(v["ok"], true, "{out}: {v:#}");
+    }
 }
 
 #[test]

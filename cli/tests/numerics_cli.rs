@@ -99,13 +99,21 @@ fn a_weight_only_layer_is_checked_against_the_w8a16_reference() {
     assert_eq!(v["ok"], true, "{v:#}");
 }
 
-/// The reason a forced Marlin cannot run on the CPU, in this build.
+/// The reason a forced Marlin cannot run on the CPU (in a build with CUDA kernels).
 fn marlin_on_the_cpu() -> &'static str {
-    if cfg!(feature = "cuda") {
-        "forced kernel MarlinFp8 is a cuda kernel; the device is a cpu device"
-    } else {
-        "forced kernel MarlinFp8 is not a kernel of this build"
-    }
+    "forced kernel MarlinFp8 is a cuda kernel; the device is a cpu device"
+}
+
+/// In a build without CUDA kernels, MarlinFp8 is no kernel of the build: forcing it is an
+/// error (exit 2) that says so, not a silent fallback.
+fn assert_marlin_unknown(o: &Output) {
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("unknown kernel `MarlinFp8` in --force"), "{e}");
+    assert!(
+        e.contains("this build has no CUDA kernels: feature `cuda` off"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -124,12 +132,14 @@ fn forcing_marlin_on_the_cpu_says_why_it_cannot_and_what_ran() {
         "--iters",
         "1",
     ]);
+    if !cfg!(feature = "cuda") {
+        assert_marlin_unknown(&o);
+        return;
+    }
     let t = stdout(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains(marlin_on_the_cpu()), "{t}");
-    if cfg!(feature = "cuda") {
-        assert!(t.contains("(--cpu was given)"), "{t}");
-    }
+    assert!(t.contains("(--cpu was given)"), "{t}");
     assert!(t.contains("fell back to CpuFp8Gemm"), "{t}");
     // What ran is checked against its own numerics (W8A8), and passes.
     assert!(t.contains("kernel:    CpuFp8Gemm"), "{t}");
@@ -173,7 +183,7 @@ fn forcing_marlin_on_a_machine_without_a_gpu_names_the_reason() {
     let no_gpu = here["no_gpu"].as_str().unwrap().to_string();
     assert!(no_gpu.starts_with("no GPU: "), "{no_gpu}");
     // No device option: the CLI looks for GPU 0, finds none, and uses the CPU.
-    let v = json(&bin(&[
+    let o = bin(&[
         "run",
         "--force",
         "MarlinFp8",
@@ -186,12 +196,15 @@ fn forcing_marlin_on_a_machine_without_a_gpu_names_the_reason() {
         "--iters",
         "1",
         "--json",
-    ]));
+    ]);
+    if !cfg!(feature = "cuda") {
+        assert_marlin_unknown(&o);
+        return;
+    }
+    let v = json(&o);
     let note = v["force_rejected"].as_str().unwrap();
     assert!(note.contains(marlin_on_the_cpu()), "{note}");
-    if cfg!(feature = "cuda") {
-        assert!(note.contains(&format!("({no_gpu})")), "{note}");
-    }
+    assert!(note.contains(&format!("({no_gpu})")), "{note}");
     assert!(note.ends_with("fell back to CpuFp8Gemm"), "{note}");
     assert_eq!(v["kernel"], "CpuFp8Gemm", "{v:#}");
     assert_eq!(v["reference"], "w8a8", "{v:#}");

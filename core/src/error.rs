@@ -151,6 +151,20 @@ pub enum KernelError {
         /// The kernel.
         kernel: &'static str,
     },
+    /// A GPU kernel's `apply` would have had to allocate scratch memory, make a GEMM plan or
+    /// synchronize (work a CUDA graph cannot record) while the layer's stream is being
+    /// captured into a graph: the layer has not run, nor been prepared, at this M outside the
+    /// capture. Nothing was enqueued; end the capture, run the layer once at this M or call
+    /// `Linear::prepare(max_m)`, and capture again.
+    #[error("{kernel}: cannot run M = {m} while the layer's stream is being captured into a CUDA graph: it would {what}; run the layer once at this M, or prepare it for M up to the largest captured (`Linear::prepare`), before the capture")]
+    NotPrepared {
+        /// The kernel.
+        kernel: &'static str,
+        /// The rows of the call.
+        m: usize,
+        /// What the call would have done.
+        what: String,
+    },
     /// An error from the backend (CUDA driver, NVRTC with its log, cuBLASLt).
     #[error("{kernel}: {detail}")]
     Backend {

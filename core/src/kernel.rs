@@ -74,6 +74,17 @@ pub trait Fp8Kernel: KernelName + Send + 'static {
     /// kernel's scratch buffers. GPU kernels enqueue on the stream of the device handle they
     /// were built with (the layer's stream) and return without waiting for the GPU.
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError>;
+
+    /// Makes `apply` ready for every M from 1 to `max_m` (call after `process_weights`):
+    /// the scratch buffers and per-M plans those calls need are made now, so that such a
+    /// call allocates nothing, plans nothing and never synchronizes, and so can be captured
+    /// into a CUDA graph. A call at an M that was neither prepared nor run before, while the
+    /// layer's stream is being captured, returns [`KernelError::NotPrepared`] instead of
+    /// doing that work. The default (CPU kernels, which capture nothing) does nothing.
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        let _ = max_m;
+        Ok(())
+    }
 }
 
 /// The state `process_weights` left in `slot`, or [`KernelError::WeightsNotProcessed`] when

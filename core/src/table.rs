@@ -131,6 +131,7 @@ pub mod build {
     /// the kernels, or nothing. `fp8_table!` generates one `const _` check per entry (and
     /// one for the base table), spanned at the entry's tokens, that panics with
     /// [`Problem::message`] when [`Problem::found`], so the error points at the entry.
+    #[derive(Copy, Clone)]
     pub struct Problem {
         msg: Msg,
         found: bool,
@@ -149,6 +150,14 @@ pub mod build {
                 msg: Msg::new().push("fp8_table! `").push(table).push("`: "),
                 found: true,
             }
+        }
+
+        /// The opening of a problem found in the table `base` that `table` extends.
+        const fn in_base(table: &str, base: &str) -> Self {
+            Problem::table(table)
+                .push("extends `")
+                .push(base)
+                .push("`, which is invalid: ")
         }
 
         const fn push(mut self, s: &str) -> Self {
@@ -184,9 +193,21 @@ pub mod build {
         extra: &[KernelEntry],
         i: usize,
     ) -> Problem {
+        check_entry(Problem::table(table), platform, base_name, base, extra, i)
+    }
+
+    /// [`entry_problem`], each message opening with `head`.
+    const fn check_entry(
+        head: Problem,
+        platform: Platform,
+        base_name: &str,
+        base: &[KernelEntry],
+        extra: &[KernelEntry],
+        i: usize,
+    ) -> Problem {
         let e = &extra[i];
         if !e.platform.same(platform) {
-            return Problem::table(table)
+            return head
                 .push("kernel `")
                 .push(e.name)
                 .push("` is a ")
@@ -195,7 +216,7 @@ pub mod build {
                 .push(platform.name());
         }
         if e.priority == 0 {
-            return Problem::table(table)
+            return head
                 .push("kernel `")
                 .push(e.name)
                 .push("` has priority 0; priorities start at 1");
@@ -209,7 +230,7 @@ pub mod build {
                 &extra[j - base.len()]
             };
             if str_eq(other.name, e.name) {
-                let p = Problem::table(table).push("kernel `").push(e.name);
+                let p = head.push("kernel `").push(e.name);
                 return if in_base {
                     p.push("` is already in `")
                         .push(base_name)
@@ -219,7 +240,7 @@ pub mod build {
                 };
             }
             if other.priority == e.priority {
-                let mut p = Problem::table(table).push("kernels `").push(other.name);
+                let mut p = head.push("kernels `").push(other.name);
                 if in_base {
                     p = p.push("` (from `").push(base_name).push("`)");
                 } else {
@@ -267,7 +288,8 @@ pub mod build {
         }
         let mut i = 0;
         while i < base.entries.len() {
-            let p = entry_problem(base.name, base.platform, "", &[], base.entries, i);
+            let head = Problem::in_base(table, base.name);
+            let p = check_entry(head, base.platform, "", &[], base.entries, i);
             if p.found() {
                 return p;
             }
@@ -449,9 +471,21 @@ mod tests {
             ..BASE_TABLE
         };
         let p = base_problem("T", Platform::Cpu, Family::BlockScaled, &hand_made);
-        assert!(p
-            .message()
-            .starts_with("fp8_table! `BASE`: kernels `A` and `B` both have priority 1"));
+        assert!(p.message().starts_with(
+            "fp8_table! `T`: extends `BASE`, which is invalid: kernels `A` and `B` both have \
+             priority 1"
+        ));
+        const ZERO: &[KernelEntry] = &[entry("A", Platform::Cpu, 0)];
+        let hand_made = Table {
+            entries: ZERO,
+            ..BASE_TABLE
+        };
+        let p = base_problem("T", Platform::Cpu, Family::BlockScaled, &hand_made);
+        assert_eq!(
+            p.message(),
+            "fp8_table! `T`: extends `BASE`, which is invalid: kernel `A` has priority 0; \
+             priorities start at 1"
+        );
     }
 
     #[test]

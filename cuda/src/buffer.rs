@@ -30,9 +30,21 @@ impl Element for u8 {
 }
 
 /// A device allocation of `len` elements of `T` on one GPU, freed on drop.
+///
+/// Its address is read once, when it is made: [`DeviceBuffer::ptr`] and the tensor views
+/// touch no cudarc event (in a context with cudarc's event tracking on and several streams,
+/// reading a slice's address waits on and records events, which a stream being captured into
+/// a CUDA graph must not do). Work on the buffer is ordered by the stream of its GPU handle,
+/// like every kernel launch of this crate.
 pub struct DeviceBuffer<T: Element> {
     slice: CudaSlice<T>,
+    ptr: u64,
     gpu: Arc<Gpu>,
+}
+
+/// The address of a new slice (its creation's events, if any, recorded on `gpu`'s stream).
+fn address<T>(slice: &CudaSlice<T>, gpu: &Gpu) -> u64 {
+    slice.device_ptr(gpu.stream()).0
 }
 
 impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
@@ -53,6 +65,7 @@ impl<T: Element> DeviceBuffer<T> {
             .alloc_zeros::<T>(len.max(1))
             .map_err(|e| CudaError::driver(format!("allocating {len} x {}", T::DTYPE), e))?;
         Ok(DeviceBuffer {
+            ptr: address(&slice, gpu),
             slice,
             gpu: gpu.clone(),
         })
@@ -67,6 +80,7 @@ impl<T: Element> DeviceBuffer<T> {
             CudaError::driver(format!("uploading {} x {}", data.len(), T::DTYPE), e)
         })?;
         Ok(DeviceBuffer {
+            ptr: address(&slice, gpu),
             slice,
             gpu: gpu.clone(),
         })
@@ -99,9 +113,8 @@ impl<T: Element> DeviceBuffer<T> {
     /// Fills the buffer with a byte pattern (e.g. 0xff to poison outputs in tests).
     pub fn fill_bytes(&mut self, byte: u8) -> Result<(), CudaError> {
         let n = self.slice.num_bytes();
-        let (ptr, _guard) = self.slice.device_ptr(self.gpu.stream());
         // SAFETY: ptr covers n bytes of this live allocation; ordered on the buffer's stream.
-        unsafe { self.gpu.memset_async(ptr, byte, n) }
+        unsafe { self.gpu.memset_async(self.ptr, byte, n) }
     }
 
     /// Number of elements.
@@ -114,10 +127,9 @@ impl<T: Element> DeviceBuffer<T> {
         self.slice.len() == 0
     }
 
-    /// The raw device address.
+    /// The raw device address (read when the buffer was made; no event is touched).
     pub fn ptr(&self) -> u64 {
-        let (p, _guard) = self.slice.device_ptr(self.gpu.stream());
-        p
+        self.ptr
     }
 
     /// The GPU the buffer lives on.

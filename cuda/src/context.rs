@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::sys::{CUdevice_attribute, CUstreamCaptureStatus};
 use cudarc::driver::{CudaContext, CudaModule, CudaStream};
 use fp8_linear_core::{Capability, Device};
 
@@ -163,6 +163,26 @@ impl Gpu {
     /// The loaded modules of the context (shared by every stream's handle).
     pub(crate) fn modules(&self) -> &Mutex<HashMap<CacheKey, Arc<CudaModule>>> {
         &self.shared.modules
+    }
+
+    /// Whether this handle's stream is being captured into a CUDA graph
+    /// (`cuStreamIsCapturing`: active, or invalidated by an illegal call and not yet ended).
+    pub fn is_capturing(&self) -> Result<bool, CudaError> {
+        let status = self
+            .stream
+            .capture_status()
+            .map_err(|e| CudaError::driver("querying the stream's capture status", e))?;
+        Ok(status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
+    /// [`CudaError::Capturing`] naming `what` (built only then) when this handle's stream is
+    /// being captured; the check before every allocation, synchronization or plan a kernel
+    /// makes on its own (the slow path of a call at a new size).
+    pub fn refuse_in_capture(&self, what: impl FnOnce() -> String) -> Result<(), CudaError> {
+        if self.is_capturing()? {
+            return Err(CudaError::Capturing { what: what() });
+        }
+        Ok(())
     }
 
     /// Blocks until all work on this handle's stream has finished.

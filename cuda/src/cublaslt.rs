@@ -27,9 +27,11 @@ pub const WORKSPACE_BYTES: usize = 32 << 20;
 /// workspace per stream is never used by two GEMMs at once).
 pub struct Lt {
     handle: Handle,
-    workspaces: Mutex<HashMap<u64, CudaSlice<u8>>>,
+    /// Per raw stream: the workspace and its address (read once, so that a GEMM touches no
+    /// cudarc event).
+    workspaces: Mutex<HashMap<u64, (CudaSlice<u8>, u64)>>,
     stream: Arc<CudaStream>,
-    _ctx: Arc<CudaContext>,
+    ctx: Arc<CudaContext>,
 }
 
 impl std::fmt::Debug for Lt {
@@ -66,12 +68,56 @@ impl Lt {
         let workspace = stream
             .alloc_zeros::<u8>(WORKSPACE_BYTES)
             .map_err(|e| CudaError::driver("allocating the cuBLASLt workspace", e))?;
+        // Keyed by the handle's own stream, the one its GEMMs run on.
+        let key = stream.cu_stream() as u64;
+        let ptr = workspace.device_ptr(&stream).0;
         Ok(Lt {
             handle,
-            workspaces: Mutex::new(HashMap::from([(0u64, workspace)])),
+            workspaces: Mutex::new(HashMap::from([(key, (workspace, ptr))])),
             stream,
-            _ctx: ctx,
+            ctx,
         })
+    }
+
+    /// The workspace of `stream` (raw `CUstream`), allocated on first use: the allocation is
+    /// ordered on the handle's stream and waited for, so it is refused with
+    /// [`CudaError::Capturing`] while `stream` is being captured. Returns its address.
+    fn workspace(&self, stream: u64) -> Result<u64, CudaError> {
+        let mut map = self.workspaces.lock().expect("workspace lock poisoned");
+        if let Some((_, p)) = map.get(&stream) {
+            return Ok(*p);
+        }
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| CudaError::driver("binding the context", e))?;
+        // SAFETY: a query on a stream of this context (the caller's GEMM stream).
+        let status = unsafe { cudarc::driver::result::stream::is_capturing(stream as _) }
+            .map_err(|e| CudaError::driver("querying the stream's capture status", e))?;
+        if status != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err(CudaError::Capturing {
+                what: "allocate a cuBLASLt workspace for a new stream".into(),
+            });
+        }
+        let buf = self
+            .stream
+            .alloc_zeros::<u8>(WORKSPACE_BYTES)
+            .map_err(|e| {
+                CudaError::driver("allocating a cuBLASLt workspace for another stream", e)
+            })?;
+        // The allocation is ordered on the handle's stream; make it complete before `stream`
+        // uses it.
+        self.stream
+            .synchronize()
+            .map_err(|e| CudaError::driver("synchronizing a new workspace", e))?;
+        let p = buf.device_ptr(&self.stream).0;
+        map.insert(stream, (buf, p));
+        Ok(p)
+    }
+
+    /// Makes the workspace of `stream` (raw `CUstream`) ready, outside a capture, so that
+    /// GEMMs on it allocate nothing.
+    pub fn reserve_workspace(&self, stream: u64) -> Result<(), CudaError> {
+        self.workspace(stream).map(|_| ())
     }
 }
 
@@ -297,7 +343,11 @@ impl Fp8GemmPlan {
         &self.shape
     }
 
-    /// Runs the GEMM on `stream` (raw `CUstream`, 0 for the default stream).
+    /// Runs the GEMM on `stream` (raw `CUstream`, 0 for the default stream). Host work only
+    /// besides the enqueued GEMM (no allocation, no synchronization) once `stream` has its
+    /// workspace (the handle's own stream has it from the start; see
+    /// [`Lt::reserve_workspace`]); a stream without one that is being captured is
+    /// [`CudaError::Capturing`].
     ///
     /// # Safety
     /// Every pointer must address device memory of the plan's context large enough for the
@@ -327,27 +377,7 @@ impl Fp8GemmPlan {
         )?;
         let alpha = 1f32;
         let beta = 0f32;
-        let mut map = self.lt.workspaces.lock().expect("workspace lock poisoned");
-        let ws = match map.entry(stream) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                let buf = self
-                    .lt
-                    .stream
-                    .alloc_zeros::<u8>(WORKSPACE_BYTES)
-                    .map_err(|e| {
-                        CudaError::driver("allocating a cuBLASLt workspace for another stream", e)
-                    })?;
-                // The allocation is ordered on the default stream; make it complete before
-                // `stream` uses it.
-                self.lt
-                    .stream
-                    .synchronize()
-                    .map_err(|e| CudaError::driver("synchronizing a new workspace", e))?;
-                v.insert(buf)
-            }
-        };
-        let (ws_ptr, _g) = ws.device_ptr(&self.lt.stream);
+        let ws_ptr = self.lt.workspace(stream)?;
         lt::matmul(
             self.lt.handle.0,
             self.desc.0,

@@ -107,6 +107,13 @@ pub enum CudaError {
     /// An argument is out of range for the operation.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Work that a CUDA graph cannot record (an allocation, a host synchronization, a new
+    /// cuBLASLt plan) was refused because the stream is being captured; nothing was enqueued.
+    #[error("would {what} while the stream is being captured into a CUDA graph")]
+    Capturing {
+        /// What would have been done.
+        what: String,
+    },
 }
 
 /// NVRTC's status as its name (`NVRTC_ERROR_COMPILATION`).

@@ -17,6 +17,31 @@
 //! let chosen = BUILTIN.select(target.device(), &layer, &Overrides::none()).unwrap();
 //! assert_eq!(chosen.entry.name, "CpuFp8Gemm");
 //! ```
+//!
+//! ## Where to start
+//!
+//! - A layer from your own tensors: [`LayerConfig`] + [`LayerWeights`] (FP8 codes, scales
+//!   that multiply them, optional bias), then [`Linear::new`] on a [`Target`]
+//!   ([`Target::best_available`] picks GPU 0 when usable, else the CPU) and
+//!   [`Linear::forward`], which checks the input and output before the kernel runs.
+//! - A layer from a Hugging Face FP8 checkpoint, or from one `.safetensors` file: the
+//!   `fp8-linear-checkpoint` crate, `Checkpoint::open(dir)?.linear(&target, name, &options)`
+//!   or `load_linear(path, name, &target, &options)`.
+//! - Why a kernel was or was not chosen: [`Registry::explain`] on [`tables::BUILTIN`].
+//! - A kernel of your own: [`docs::writing_kernels`] (what `apply` receives, what the
+//!   scales mean, extending a built-in table, a complete CPU kernel using the helpers in
+//!   [`cpu::host`]).
+//!
+//! The pages of [`docs`]: [`docs::design`] (why the project exists, the crates, the
+//! attribute contract, selection, the device flow and the stream rule),
+//! [`docs::numerics`] (e4m3fn, quantization, the W8A8 and W8A16 formulas, tolerances),
+//! [`docs::gpu_host`] (how GPU code is built and how to run it on a GPU host without Rust).
+//!
+//! ## Features
+//!
+//! `cuda` (on by default) builds the CUDA kernels and tables. They need no CUDA toolkit at
+//! build time: the driver, NVRTC and cuBLASLt are loaded when first used, and without them
+//! every GPU path is an error value. Without the feature only the CPU kernels exist.
 
 #![warn(missing_docs)]
 
@@ -26,9 +51,11 @@ pub mod autotune;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod docs;
 mod linear;
 pub mod tables;
 mod target;
+pub mod tensor_parallel;
 
 pub use linear::{Linear, LinearError};
 pub use target::Target;

@@ -72,8 +72,34 @@ impl Target {
         }
     }
 
-    /// GPU 0 when this machine has a usable one (driver, device and NVRTC present), else the
-    /// host CPU.
+    /// The best device this machine offers, for a program that just wants its layers to
+    /// run: GPU 0 on its primary context and default stream ([`Target::cuda`]`(0)`) when
+    /// the crate is built with the `cuda` feature (the default) and the CUDA driver, a GPU
+    /// and NVRTC (which compiles the kernels at run time) can all be loaded; the host CPU
+    /// otherwise. It never fails and never panics; it does not say why it fell back to the
+    /// CPU: call [`Target::cuda`] for the typed error, and check [`Target::device`] for
+    /// what you got.
+    ///
+    /// Layers on a GPU target take device memory as input and output (see
+    /// [`Linear`](crate::Linear)); on the CPU target, host slices.
+    ///
+    /// ```
+    /// use fp8_linear::{tables::BUILTIN, DType, LayerConfig, Overrides, Platform, Target};
+    ///
+    /// let target = Target::best_available();
+    /// println!("running on {}", target.device());
+    /// // Selection works the same on either: the best kernel for this layer on this device,
+    /// // or every candidate's reason when none fits (a GPU older than the kernels, say).
+    /// let layer = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
+    /// match BUILTIN.select(target.device(), &layer, &Overrides::none()) {
+    ///     Ok(chosen) => println!("{} runs it", chosen.entry.name),
+    ///     Err(why) => println!("{why}"),
+    /// }
+    /// if target.device().platform == Platform::Cpu {
+    ///     let chosen = BUILTIN.select(target.device(), &layer, &Overrides::none()).unwrap();
+    ///     assert_eq!(chosen.entry.name, "CpuFp8Gemm");
+    /// }
+    /// ```
     pub fn best_available() -> Self {
         #[cfg(feature = "cuda")]
         if fp8_linear_cuda::probe::nvrtc().is_ok() {

@@ -1,6 +1,7 @@
-//! GPU test helpers: find the GPU or say why there is none (and fail instead when
-//! `FP8_REQUIRE_CUDA=1`), move tensors and layers to and from the device, run a kernel on
-//! device tensors, and compute the f64 reference on a subset of rows for large layers.
+//! GPU test helpers: find the GPU or say why there is none (visibly, see [`crate::skip`];
+//! failing instead when `FP8_REQUIRE_CUDA=1`), check that a kernel can run on it, move
+//! tensors and layers to and from the device, run a kernel on device tensors, and compute
+//! the f64 reference on a subset of rows for large layers.
 
 use std::sync::Arc;
 
@@ -14,15 +15,12 @@ use fp8_linear::{
 use half::{bf16, f16};
 
 use crate::layers::HostLayer;
-
-/// Whether the run demands a GPU (`FP8_REQUIRE_CUDA=1`).
-pub fn cuda_required() -> bool {
-    std::env::var("FP8_REQUIRE_CUDA").is_ok_and(|v| v.trim() == "1")
-}
+pub use crate::skip::cuda_required;
+use crate::skip::{arch_skip, no_gpu_skip};
 
 /// The GPU (device 0, with NVRTC available; opened once per test process, on its default
-/// stream), or None after printing why the test skips. Panics instead of skipping when
-/// `FP8_REQUIRE_CUDA=1`.
+/// stream), or None after reporting the skip (`SKIPPED <test>: ...` on the uncaptured
+/// stderr). Panics instead of skipping when `FP8_REQUIRE_CUDA=1`.
 pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
     static GPU: std::sync::OnceLock<Result<Arc<Gpu>, runtime::CudaError>> =
         std::sync::OnceLock::new();
@@ -32,13 +30,40 @@ pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
     match got {
         Ok(g) => Some(g),
         Err(e) => {
-            if cuda_required() {
-                panic!("{test}: FP8_REQUIRE_CUDA=1 but no usable CUDA device: {e}");
-            }
-            eprintln!("skipped {test}: no usable CUDA device: {e}");
+            no_gpu_skip(test, &format!("no usable CUDA device: {e}"));
             None
         }
     }
+}
+
+/// Whether `entry` runs on a GPU of capability `cap`: its `arch`, or with `forced` also its
+/// `force_arch` (the range allowed when the kernel is forced by name).
+pub fn entry_runs_on(entry: &KernelEntry, cap: fp8_linear::Capability, forced: bool) -> bool {
+    entry.arch.matches(Some(cap))
+        || (forced && entry.force_arch.is_some_and(|a| a.matches(Some(cap))))
+}
+
+/// The GPU when `entry` can run on it (see [`entry_runs_on`]); None after reporting an
+/// architecture skip, which fails the test under `FP8_REQUIRE_CUDA=1` unless
+/// `FP8_ALLOW_ARCH_SKIPS` allows it (see [`crate::skip`]).
+pub fn gpu_for_entry_or_skip(test: &str, entry: &KernelEntry, forced: bool) -> Option<Arc<Gpu>> {
+    let gpu = gpu_or_skip(test)?;
+    let cap = gpu.capability();
+    if entry_runs_on(entry, cap, forced) {
+        return Some(gpu);
+    }
+    let arch = match (forced, entry.force_arch) {
+        (true, Some(f)) => format!("arch {}, forced {f}", entry.arch),
+        _ => format!("arch {}", entry.arch),
+    };
+    arch_skip(
+        test,
+        &format!(
+            "{} needs {arch}; this GPU is sm_{}{}",
+            entry.name, cap.major, cap.minor
+        ),
+    );
+    None
 }
 
 /// Host values converted to a device element type.

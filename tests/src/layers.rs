@@ -1,31 +1,79 @@
-//! Random FP8 layers for tests (fresh data every run, quantized the way checkpoints are)
-//! and their f64 reference through the CPU oracle.
+//! Random FP8 layers for tests (fresh, seeded data every run: see [`crate::seed`]),
+//! quantized the way checkpoints are, and their f64 reference through the CPU oracle.
+//!
+//! Weight codes are drawn uniformly over all 254 finite e4m3 codes ([`random_codes`]), so
+//! every exponent (subnormals included) is as common as every other: drawn uniformly over
+//! the values in +-448 instead, fewer than 0.5 % of the weights would be below 1 and a
+//! kernel that mishandled small codes would still pass.
 
-use fp8_linear::cpu::{quantize, CpuReference};
-use fp8_linear::fp8::f32_to_e4m3;
+use fp8_linear::cpu::CpuReference;
 use fp8_linear::{
     DType, Fp8Kernel, GroupShape, KernelError, LayerConfig, LayerWeights, QuantKey, Tensor,
     TensorMut,
 };
 use rand::Rng;
 
-/// A random 128x128 block-quantized weight `[n, k]`: FP8 codes and block scales
-/// `[ceil(n/128), ceil(k/128)]`, with scales spread over `spread` binades.
-pub fn random_block_weight(n: usize, k: usize, spread: i32) -> (Vec<u8>, Vec<f32>) {
-    let mut rng = rand::rng();
-    let (nb, kb) = (n.div_ceil(128), k.div_ceil(128));
-    let scales: Vec<f32> = (0..nb * kb)
-        .map(|_| 2f32.powi(rng.random_range(-spread..=spread)) * rng.random_range(0.5..1.0) / 448.0)
-        .collect();
-    let codes: Vec<u8> = (0..n * k)
-        .map(|_| f32_to_e4m3(rng.random_range(-448.0f32..448.0)))
-        .collect();
-    (codes, scales)
+use crate::oracle;
+use crate::seed::rng;
+
+/// The code of the `i`-th finite e4m3 code, `i` in `0..254`: `0x00..=0x7e`, then
+/// `0x80..=0xfe` (the NaN codes `0x7f` / `0xff` left out).
+pub fn finite_code(i: u8) -> u8 {
+    assert!(i < 254, "254 finite codes");
+    if i < 0x7f {
+        i
+    } else {
+        i + 1
+    }
 }
 
-/// Random activations `[m, k]` with a few outliers, as f32.
+/// `count` FP8 codes drawn uniformly over all 254 finite e4m3 codes (every exponent, both
+/// signs, subnormals and zeros included; never NaN).
+pub fn random_codes(count: usize) -> Vec<u8> {
+    let mut rng = rng();
+    (0..count)
+        .map(|_| finite_code(rng.random_range(0..254u8)))
+        .collect()
+}
+
+/// `count` FP8 codes drawn uniformly over the codes with an exponent field of at most
+/// `max_exponent` (both signs): e.g. 3 gives the subnormals and the three lowest binades,
+/// magnitudes up to 0.1171875.
+pub fn random_small_codes(count: usize, max_exponent: u8) -> Vec<u8> {
+    assert!(max_exponent < 15, "the top binade holds the NaN code");
+    let per_sign = (u16::from(max_exponent) + 1) * 8;
+    let mut rng = rng();
+    (0..count)
+        .map(|_| {
+            let i = rng.random_range(0..2 * per_sign);
+            let mag = (i % per_sign) as u8;
+            if i >= per_sign {
+                mag | 0x80
+            } else {
+                mag
+            }
+        })
+        .collect()
+}
+
+/// Random block scales for a 128x128 block weight: `2^[-spread, spread] * [0.5, 1) / 448`.
+fn spread_scales(count: usize, spread: i32) -> Vec<f32> {
+    let mut rng = rng();
+    (0..count)
+        .map(|_| 2f32.powi(rng.random_range(-spread..=spread)) * rng.random_range(0.5..1.0) / 448.0)
+        .collect()
+}
+
+/// A random 128x128 block-quantized weight `[n, k]`: FP8 codes uniform over every finite
+/// code and block scales `[ceil(n/128), ceil(k/128)]` spread over `spread` binades.
+pub fn random_block_weight(n: usize, k: usize, spread: i32) -> (Vec<u8>, Vec<f32>) {
+    let (nb, kb) = (n.div_ceil(128), k.div_ceil(128));
+    (random_codes(n * k), spread_scales(nb * kb, spread))
+}
+
+/// Random activations `[m, k]` in `(-1, 1)` with 1 % outliers of 30x, as f32.
 pub fn random_activations(m: usize, k: usize) -> Vec<f32> {
-    let mut rng = rand::rng();
+    let mut rng = rng();
     (0..m * k)
         .map(|_| {
             let v: f32 = rng.random_range(-1.0..1.0);
@@ -38,19 +86,72 @@ pub fn random_activations(m: usize, k: usize) -> Vec<f32> {
         .collect()
 }
 
-/// The activations quantized per 1x128 group: codes and scales `[m, ceil(k/128)]`.
+/// Activations with the awkward cases of quantization mixed in: magnitudes over 28 binades
+/// (so some groups quantize into the e4m3 subnormals and some values round to zero), 2 %
+/// outliers of 100x, an all-zero group (row 1, first 128 columns, when there is one), a row
+/// of exact ties (values on e4m3 midpoints once scaled by a power of two) and a row of tiny
+/// values below the 1e-10 absmax floor. All finite in f16 (max 65504) and bf16.
+pub fn nasty_activations(m: usize, k: usize) -> Vec<f32> {
+    let mut rng = rng();
+    let mut x: Vec<f32> = (0..m * k)
+        .map(|_| {
+            let mag = 2f32.powi(rng.random_range(-20..8));
+            let v: f32 = rng.random_range(-1.0..1.0) * mag;
+            if rng.random_range(0..50) == 0 {
+                v * 100.0
+            } else {
+                v
+            }
+        })
+        .collect();
+    if k >= 128 && m > 1 {
+        x[k..k + 128].iter_mut().for_each(|v| *v = 0.0);
+    }
+    if m > 2 {
+        // Row 2: 448 first (scale 1 for its group: a power of two), then the midpoints
+        // between neighbouring e4m3 values, each exactly a tie.
+        let grid = oracle::magnitudes();
+        let row = &mut x[2 * k..3 * k];
+        for (i, v) in row.iter_mut().enumerate() {
+            *v = if i % 128 == 0 {
+                448.0
+            } else {
+                let j = (i * 7) % 126;
+                let mid = ((grid[j] + grid[j + 1]) / 2.0) as f32;
+                if i % 2 == 0 {
+                    mid
+                } else {
+                    -mid
+                }
+            };
+        }
+    }
+    if m > 3 {
+        x[3 * k..4 * k]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = ((i % 97) as f32 - 3.0) * 1e-13);
+    }
+    x
+}
+
+/// The activations quantized per 1x128 group by the test oracle ([`oracle`], not the
+/// kernels' quantizer): codes and scales `[m, ceil(k/128)]`.
 pub fn quantize_groups(x: &[f32], m: usize, k: usize) -> (Vec<u8>, Vec<f32>) {
-    quantize::per_token_group(x, m, k, 128)
+    oracle::quantize_groups(x, m, k, 128)
 }
 
 /// How a random layer's weight codes and scales are drawn.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum WeightGen {
-    /// Codes over the whole e4m3 range, scales `2^[-spread, spread] * [0.5, 1) / 448`.
+    /// Codes uniform over all 254 finite codes, scales `2^[-spread, spread] * [0.5, 1) /
+    /// 448`.
     Spread(i32),
     /// Scales in `[100, 900)` (far above what f16 holds after a 1/256 rebase: the f32
-    /// channel scale of the Marlin kernel carries them) and small codes (subnormals
-    /// included) so that f16 outputs stay finite.
+    /// channel scale of the Marlin kernel carries them) and codes uniform over the
+    /// subnormals and the three lowest binades (magnitudes up to 0.117, every exponent of
+    /// that range), so that f16 outputs stay finite: with codes up to 448 the outputs of a
+    /// K = 1000 layer would reach ~1e6.
     LargeScales,
 }
 
@@ -77,29 +178,19 @@ pub const STATIC_INPUT_SCALE: f32 = 0.02;
 impl HostLayer {
     /// A fresh random layer for `config`.
     pub fn random(config: &LayerConfig, gen: WeightGen) -> Self {
-        let mut rng = rand::rng();
         let (n, k) = (config.n, config.k);
         let [sr, sc] = config.weight_scale_shape();
         let (codes, scales): (Vec<u8>, Vec<f32>) = match gen {
-            WeightGen::Spread(spread) => (
-                (0..n * k)
-                    .map(|_| f32_to_e4m3(rng.random_range(-448.0f32..448.0)))
-                    .collect(),
-                (0..sr * sc)
-                    .map(|_| {
-                        2f32.powi(rng.random_range(-spread..=spread)) * rng.random_range(0.5..1.0)
-                            / 448.0
-                    })
-                    .collect(),
-            ),
-            WeightGen::LargeScales => (
-                (0..n * k)
-                    .map(|_| f32_to_e4m3(rng.random_range(-0.06f32..0.06)))
-                    .collect(),
-                (0..sr * sc)
-                    .map(|_| rng.random_range(100.0f32..900.0))
-                    .collect(),
-            ),
+            WeightGen::Spread(spread) => (random_codes(n * k), spread_scales(sr * sc, spread)),
+            WeightGen::LargeScales => {
+                let mut rng = rng();
+                (
+                    random_small_codes(n * k, 3),
+                    (0..sr * sc)
+                        .map(|_| rng.random_range(100.0f32..900.0))
+                        .collect(),
+                )
+            }
         };
         let input_scale = config
             .activation
@@ -165,8 +256,7 @@ pub fn reference_rows(
     let mut input_scale = layer.input_scale;
     if let Some(a) = cfg.activation {
         if a.dynamic && matches!(a.group, GroupShape::PerTensor) {
-            let mut q = vec![0u8; m * k];
-            input_scale = Some(quantize::per_tensor_into(x, None, &mut q));
+            input_scale = Some(oracle::dynamic_scale(x, None));
             cfg.activation = Some(QuantKey {
                 dynamic: false,
                 ..a

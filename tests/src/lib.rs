@@ -1,8 +1,13 @@
-//! Helpers shared by the integration tests: random FP8 layers, the f64 oracle, GPU skip
-//! logic.
+//! Helpers shared by the integration tests: random FP8 layers (seeded, replayable), the
+//! test-only quantization oracle, output comparison with per-dtype tolerances, GPU helpers
+//! and skips that show.
 
+pub mod check;
 pub mod gpu;
 pub mod layers;
+pub mod oracle;
+pub mod seed;
+pub mod skip;
 
 /// Implements [`fp8_linear::Fp8Kernel`] for a test-only type that accepts every layer and
 /// computes nothing: the UI tests use it so each file shows only the attribute and the

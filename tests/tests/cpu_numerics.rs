@@ -1,14 +1,27 @@
-//! CPU kernels against the f64 reference on fresh random data, ragged sizes included.
+//! CPU kernels (the fast `CpuFp8Gemm` and the f64 `CpuReference`) against the f64
+//! formulas on activations quantized by the test oracle (`fp8_linear_tests::oracle`, not
+//! the kernels' quantizers), on fresh seeded random data (weight codes over every e4m3
+//! code), ragged sizes included. Each output is held to the relative Frobenius bound and
+//! to the element bound of its output dtype (`fp8_linear_tests::check`: f32 output 1e-5 of
+//! the row's largest output, 16-bit output its rounding plus that); failures print the worst
+//! element.
 
 use fp8_linear::cpu::{reference, CpuFp8Gemm, CpuReference};
-use fp8_linear::fp8::e4m3_to_f32;
 use fp8_linear::{
     DType, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Linear, QuantKey, Registered,
     Target, Tensor, TensorMut,
 };
-use fp8_linear_tests::layers::{quantize_groups, random_activations, random_block_weight};
+use fp8_linear_tests::check::{compare, Tolerance};
+use fp8_linear_tests::layers::{
+    quantize_groups, random_activations, random_block_weight, random_codes,
+};
+use fp8_linear_tests::oracle;
 use half::{bf16, f16};
 
+const ENTRIES: [&KernelEntry; 2] = [&CpuFp8Gemm::ENTRY, &CpuReference::ENTRY];
+
+/// M, N, K. N = 1 comes with 9 rows, so the element bound's floor (the RMS of the whole
+/// output) is not one or two outputs that may cancel to near zero.
 const SIZES: [(usize, usize, usize); 7] = [
     (1, 1, 1),
     (1, 300, 260),
@@ -16,7 +29,7 @@ const SIZES: [(usize, usize, usize); 7] = [
     (83, 200, 384),
     (16, 7748 / 8, 3884 / 4),
     (33, 64, 1000),
-    (2, 1, 513),
+    (9, 1, 513),
 ];
 
 /// Runs `entry` on a block layer with the given output dtype; returns (output as f32,
@@ -30,13 +43,10 @@ fn run_block(
 ) -> (Vec<f32>, Vec<f64>) {
     let cfg = LayerConfig::block_128(n, k, DType::F32, out);
     let (w, ws) = random_block_weight(n, k, 6);
-    let weights = LayerWeights {
-        weight: Tensor::fp8(&w, [n, k]),
-        weight_scale: Tensor::f32(&ws, [n.div_ceil(128), k.div_ceil(128)]),
-        input_scale: None,
-        input_scale_ub: None,
-        bias: None,
-    };
+    let weights = LayerWeights::new(
+        Tensor::fp8(&w, [n, k]),
+        Tensor::f32(&ws, [n.div_ceil(128), k.div_ceil(128)]),
+    );
     let x = random_activations(m, k);
     let mut lin = Linear::with_entry(
         entry,
@@ -76,16 +86,25 @@ fn forward_any(lin: &mut Linear, x: &Tensor<'_>, m: usize, n: usize, out: DType)
     }
 }
 
+/// Checks one output against its reference with the CPU tolerance of `out`; prints the
+/// comparison.
+fn check(what: &str, got: &[f32], want: &[f64], n: usize, out: DType) {
+    let c = compare(got, want, n, Tolerance::cpu(out));
+    eprintln!("{what}: {}", c.summary());
+    c.assert_ok(what);
+}
+
 #[test]
 fn block_scaled_f32_output_matches_reference_tightly() {
-    for entry in [&CpuFp8Gemm::ENTRY, &CpuReference::ENTRY] {
+    for entry in ENTRIES {
         for &(m, n, k) in &SIZES {
             let (got, want) = run_block(entry, m, n, k, DType::F32);
-            let err = reference::rel_frobenius(&got, &want);
-            assert!(
-                err < 1e-5,
-                "{} M={m} N={n} K={k}: rel err {err:e}",
-                entry.name
+            check(
+                &format!("{} M={m} N={n} K={k} f32", entry.name),
+                &got,
+                &want,
+                n,
+                DType::F32,
             );
         }
     }
@@ -93,11 +112,18 @@ fn block_scaled_f32_output_matches_reference_tightly() {
 
 #[test]
 fn block_scaled_16bit_output_matches_reference() {
-    for out in [DType::Bf16, DType::F16] {
-        for &(m, n, k) in &SIZES {
-            let (got, want) = run_block(&CpuFp8Gemm::ENTRY, m, n, k, out);
-            let err = reference::rel_frobenius(&got, &want);
-            assert!(err < 1e-2, "{out} M={m} N={n} K={k}: rel err {err:e}");
+    for entry in ENTRIES {
+        for out in [DType::Bf16, DType::F16] {
+            for &(m, n, k) in &SIZES {
+                let (got, want) = run_block(entry, m, n, k, out);
+                check(
+                    &format!("{} M={m} N={n} K={k} {out}", entry.name),
+                    &got,
+                    &want,
+                    n,
+                    out,
+                );
+            }
         }
     }
 }
@@ -107,92 +133,121 @@ fn larger_threaded_shapes_match_reference() {
     // Big enough that the row split and the column split (decode) of the SGEMM both run.
     for (m, n, k) in [(1, 1030, 700), (3, 2050, 515), (130, 520, 300)] {
         let (got, want) = run_block(&CpuFp8Gemm::ENTRY, m, n, k, DType::F32);
-        let err = reference::rel_frobenius(&got, &want);
-        assert!(err < 1e-5, "M={m} N={n} K={k}: rel err {err:e}");
+        check(
+            &format!("CpuFp8Gemm M={m} N={n} K={k}"),
+            &got,
+            &want,
+            n,
+            DType::F32,
+        );
     }
+}
+
+/// Builds `entry` for `cfg` and runs it on `x` (f32 input); the output as f32.
+fn run_layer(
+    entry: &'static KernelEntry,
+    cfg: &LayerConfig,
+    weights: &LayerWeights<'_>,
+    input: &Tensor<'_>,
+    m: usize,
+) -> Vec<f32> {
+    let mut lin = Linear::with_entry(entry, &Target::cpu(), cfg, weights, &KernelOptions::none())
+        .unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+    forward_any(&mut lin, input, m, cfg.n, cfg.output_dtype)
 }
 
 #[test]
 fn scaled_and_weight_only_layers_match_reference() {
     let (m, n, k) = (9, 133, 251);
     let x = random_activations(m, k);
-    let (w, _) = random_block_weight(n, k, 0);
+    let w = random_codes(n * k);
     let chan: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 1e-5).collect();
     let one = [0.0123f32];
     let input_scale = [0.01f32];
+    let xt = Tensor::f32(&x, [m, k]);
 
-    // per-tensor static
-    let cfg = LayerConfig::per_tensor_static(n, k, DType::F32, DType::F32);
-    let weights = LayerWeights {
-        weight: Tensor::fp8(&w, [n, k]),
-        weight_scale: Tensor::f32(&one, [1, 1]),
-        input_scale: Some(Tensor::f32(&input_scale, [1, 1])),
-        input_scale_ub: None,
-        bias: None,
-    };
-    let mut lin = Linear::with_entry(
-        &CpuFp8Gemm::ENTRY,
-        &Target::cpu(),
-        &cfg,
-        &weights,
-        &KernelOptions::none(),
-    )
-    .unwrap();
-    let got = forward_any(&mut lin, &Tensor::f32(&x, [m, k]), m, n, DType::F32);
-    let mut q = vec![0u8; m * k];
-    fp8_linear::cpu::quantize::per_tensor_into(&x, Some(input_scale[0]), &mut q);
-    let want = reference::scaled_gemm_f64(&q, &input_scale, &w, &one, m, n, k);
-    assert!(reference::rel_frobenius(&got, &want) < 1e-5);
+    for entry in ENTRIES {
+        // per-tensor static (outliers of 30 saturate at 448 * 0.01)
+        let cfg = LayerConfig::per_tensor_static(n, k, DType::F32, DType::F32);
+        let weights = LayerWeights::new(Tensor::fp8(&w, [n, k]), Tensor::f32(&one, [1, 1]))
+            .with_input_scale(Tensor::f32(&input_scale, [1, 1]));
+        let got = run_layer(entry, &cfg, &weights, &xt, m);
+        let (q, s) = oracle::quantize_per_tensor(&x, Some(input_scale[0]));
+        let want = reference::scaled_gemm_f64(&q, &[s], &w, &one, m, n, k);
+        check(
+            &format!("{} per-tensor static", entry.name),
+            &got,
+            &want,
+            n,
+            DType::F32,
+        );
 
-    // per-token x per-channel, dynamic
-    let cfg = LayerConfig::per_token_per_channel(n, k, DType::F32, DType::F32);
-    let weights = LayerWeights {
-        weight_scale: Tensor::f32(&chan, [n, 1]),
-        input_scale: None,
-        ..weights
-    };
-    let mut lin = Linear::with_entry(
-        &CpuFp8Gemm::ENTRY,
-        &Target::cpu(),
-        &cfg,
-        &weights,
-        &KernelOptions::none(),
-    )
-    .unwrap();
-    let got = forward_any(&mut lin, &Tensor::f32(&x, [m, k]), m, n, DType::F32);
-    let mut s = vec![0f32; m];
-    fp8_linear::cpu::quantize::per_token_into(&x, k, None, &mut q, &mut s);
-    let want = reference::scaled_gemm_f64(&q, &s, &w, &chan, m, n, k);
-    assert!(reference::rel_frobenius(&got, &want) < 1e-5);
-
-    // weight-only, bf16 and f16 activations, per-channel weights
-    for dt in [DType::Bf16, DType::F16, DType::F32] {
-        let cfg = LayerConfig::weight_only(QuantKey::WEIGHT_PER_CHANNEL, n, k, dt);
-        let xb: Vec<bf16> = x.iter().map(|v| bf16::from_f32(*v)).collect();
-        let xh: Vec<f16> = x.iter().map(|v| f16::from_f32(*v)).collect();
-        let (input, xs): (Tensor<'_>, Vec<f32>) = match dt {
-            DType::Bf16 => (
-                Tensor::bf16(&xb, [m, k]),
-                xb.iter().map(|v| v.to_f32()).collect(),
-            ),
-            DType::F16 => (
-                Tensor::f16(&xh, [m, k]),
-                xh.iter().map(|v| v.to_f32()).collect(),
-            ),
-            _ => (Tensor::f32(&x, [m, k]), x.clone()),
+        // per-tensor dynamic
+        let cfg = LayerConfig {
+            activation: Some(QuantKey::ACT_PER_TENSOR_DYNAMIC),
+            ..cfg
         };
-        let mut lin = Linear::with_entry(
-            &CpuFp8Gemm::ENTRY,
-            &Target::cpu(),
-            &cfg,
-            &weights,
-            &KernelOptions::none(),
-        )
-        .unwrap();
-        let got = forward_any(&mut lin, &input, m, n, dt);
-        let want = reference::weight_only_f64(&xs, &w, m, n, k, |j, _| chan[j]);
-        let err = reference::rel_frobenius(&got, &want);
-        assert!(err < 1e-2, "{dt}: {err:e}");
+        let weights = LayerWeights::new(Tensor::fp8(&w, [n, k]), Tensor::f32(&one, [1, 1]));
+        let got = run_layer(entry, &cfg, &weights, &xt, m);
+        let (q, s) = oracle::quantize_per_tensor(&x, None);
+        let want = reference::scaled_gemm_f64(&q, &[s], &w, &one, m, n, k);
+        check(
+            &format!("{} per-tensor dynamic", entry.name),
+            &got,
+            &want,
+            n,
+            DType::F32,
+        );
+
+        // per-token x per-channel, dynamic, without and with an upper bound (2.0 clips the
+        // rows with an outlier)
+        let cfg = LayerConfig::per_token_per_channel(n, k, DType::F32, DType::F32);
+        let ub = [2.0f32];
+        for bound in [None, Some(&ub)] {
+            let mut weights =
+                LayerWeights::new(Tensor::fp8(&w, [n, k]), Tensor::f32(&chan, [n, 1]));
+            if let Some(b) = bound {
+                weights.input_scale_ub = Some(Tensor::f32(b, [1, 1]));
+            }
+            let got = run_layer(entry, &cfg, &weights, &xt, m);
+            let (q, s) = oracle::quantize_per_token(&x, m, k, bound.map(|b| b[0]));
+            let want = reference::scaled_gemm_f64(&q, &s, &w, &chan, m, n, k);
+            check(
+                &format!("{} per-token, ub {bound:?}", entry.name),
+                &got,
+                &want,
+                n,
+                DType::F32,
+            );
+        }
+
+        // weight-only, bf16, f16 and f32 activations, per-channel weights
+        let weights = LayerWeights::new(Tensor::fp8(&w, [n, k]), Tensor::f32(&chan, [n, 1]));
+        for dt in [DType::Bf16, DType::F16, DType::F32] {
+            let cfg = LayerConfig::weight_only(QuantKey::WEIGHT_PER_CHANNEL, n, k, dt);
+            let xb: Vec<bf16> = x.iter().map(|v| bf16::from_f32(*v)).collect();
+            let xh: Vec<f16> = x.iter().map(|v| f16::from_f32(*v)).collect();
+            let (input, xs): (Tensor<'_>, Vec<f32>) = match dt {
+                DType::Bf16 => (
+                    Tensor::bf16(&xb, [m, k]),
+                    xb.iter().map(|v| v.to_f32()).collect(),
+                ),
+                DType::F16 => (
+                    Tensor::f16(&xh, [m, k]),
+                    xh.iter().map(|v| v.to_f32()).collect(),
+                ),
+                _ => (Tensor::f32(&x, [m, k]), x.clone()),
+            };
+            let got = run_layer(entry, &cfg, &weights, &input, m);
+            let want = reference::weight_only_f64(&xs, &w, m, n, k, |j, _| chan[j]);
+            check(
+                &format!("{} weight-only {dt}", entry.name),
+                &got,
+                &want,
+                n,
+                dt,
+            );
+        }
     }
 }
 
@@ -203,34 +258,17 @@ fn bias_is_added() {
     cfg.bias = true;
     let (w, ws) = random_block_weight(n, k, 2);
     let bias: Vec<f32> = (0..n).map(|j| j as f32 - 20.0).collect();
-    let weights = LayerWeights {
-        weight: Tensor::fp8(&w, [n, k]),
-        weight_scale: Tensor::f32(&ws, [1, 2]),
-        input_scale: None,
-        input_scale_ub: None,
-        bias: Some(Tensor::f32(&bias, [1, n])),
-    };
+    let weights = LayerWeights::new(Tensor::fp8(&w, [n, k]), Tensor::f32(&ws, [1, 2]))
+        .with_bias(Tensor::f32(&bias, [1, n]));
     let x = random_activations(m, k);
-    for entry in [&CpuFp8Gemm::ENTRY, &CpuReference::ENTRY] {
-        let mut lin = Linear::with_entry(
-            entry,
-            &Target::cpu(),
-            &cfg,
-            &weights,
-            &KernelOptions::none(),
-        )
-        .unwrap();
-        let got = forward_any(&mut lin, &Tensor::f32(&x, [m, k]), m, n, DType::F32);
+    for entry in ENTRIES {
+        let got = run_layer(entry, &cfg, &weights, &Tensor::f32(&x, [m, k]), m);
         let (aq, as_) = quantize_groups(&x, m, k);
         let mut want = reference::block_gemm_f64(&aq, &as_, &w, &ws, m, n, k, (128, 128));
         want.iter_mut()
             .enumerate()
-            .for_each(|(i, v)| *v += bias[i % n] as f64);
-        assert!(
-            reference::rel_frobenius(&got, &want) < 1e-5,
-            "{}",
-            entry.name
-        );
+            .for_each(|(i, v)| *v += f64::from(bias[i % n]));
+        check(&format!("{} bias", entry.name), &got, &want, n, DType::F32);
     }
 }
 
@@ -239,16 +277,37 @@ fn reference_gemms_agree_with_each_other() {
     // block_gemm_f64 with uniform scales equals scaled_gemm_f64 with per-tensor scales.
     let (m, n, k) = (5, 70, 300);
     let x = random_activations(m, k);
-    let (w, _) = random_block_weight(n, k, 0);
+    let w = random_codes(n * k);
     let (aq, _) = quantize_groups(&x, m, k);
     let a_s = vec![0.5f32; m * 3];
     let b_s = vec![0.25f32; 3];
     let blk = reference::block_gemm_f64(&aq, &a_s, &w, &b_s, m, n, k, (128, 128));
     let sc = reference::scaled_gemm_f64(&aq, &[0.5], &w, &[0.25], m, n, k);
-    assert!(
-        reference::rel_frobenius(&blk.iter().map(|v| *v as f32).collect::<Vec<_>>(), &sc) < 1e-6
-    );
+    let f32s: Vec<f32> = blk.iter().map(|v| *v as f32).collect();
+    compare(&f32s, &sc, n, Tolerance::exact(1e-6, 1e-7)).assert_ok("block vs scaled");
     // And the oracle is not trivially zero.
     assert!(sc.iter().any(|v| *v != 0.0));
-    assert!(w.iter().any(|c| e4m3_to_f32(*c) != 0.0));
+    assert!(w.iter().any(|c| oracle::value(*c) != Some(0.0)));
+}
+
+#[test]
+fn the_check_fails_a_kernel_that_is_slightly_wrong() {
+    // The bounds can fail: the right output with one element nudged by 1e-4 of its row's
+    // largest output (invisible to a 1e-5 Frobenius bound on a large output) fails, and so
+    // does an output with a wrong scale in one row.
+    let (m, n, k) = (40, 300, 260);
+    let (got, want) = run_block(&CpuFp8Gemm::ENTRY, m, n, k, DType::F32);
+    let tol = Tolerance::cpu(DType::F32);
+    assert!(compare(&got, &want, n, tol).ok());
+    let row_max = want[7 * n..8 * n].iter().fold(0f64, |a, v| a.max(v.abs()));
+    let mut nudged = got.clone();
+    nudged[7 * n + 11] += (1e-4 * row_max) as f32;
+    let c = compare(&nudged, &want, n, tol);
+    assert!(c.frob < tol.frob, "{}", c.summary());
+    assert!(!c.ok(), "{}", c.summary());
+    let w = c.worst.unwrap();
+    assert_eq!((w.row, w.col), (7, 11), "{}", c.summary());
+    let mut scaled = got;
+    scaled[3 * n..4 * n].iter_mut().for_each(|v| *v *= 1.001);
+    assert!(!compare(&scaled, &want, n, tol).ok());
 }

@@ -1,8 +1,10 @@
 //! Bad input to the CUDA kernels gives typed errors, never a panic or an out-of-bounds
 //! access: host memory where device memory is needed, wrong shapes and dtypes, short
 //! buffers, bad scales, apply before process_weights, a GPU ordinal the machine does not
-//! have, a kernel built for a GPU its arch does not cover. Config rejections are checked
-//! without a GPU; the rest skip without one unless FP8_REQUIRE_CUDA=1.
+//! have, a kernel built for a GPU its arch does not cover. After the bad calls the kernel
+//! must still compute the right output (checked against the f64 reference). Config
+//! rejections are checked without a GPU; the rest skip without one unless
+//! FP8_REQUIRE_CUDA=1 (the portable kernel's part below sm_89, visibly).
 
 use fp8_linear::cuda::runtime::DeviceBuffer;
 use fp8_linear::cuda::{
@@ -10,10 +12,13 @@ use fp8_linear::cuda::{
 };
 use fp8_linear::{
     DType, DeviceMemory, Fp8Kernel, KernelError, KernelOptions, LayerConfig, LayerWeights,
-    QuantKey, Storage, Target, Tensor, TensorMut,
+    QuantKey, Registered, Storage, Target, Tensor, TensorMut,
 };
-use fp8_linear_tests::gpu::{gpu_or_skip, AnyBuffer};
-use fp8_linear_tests::layers::random_block_weight;
+use fp8_linear_tests::check::{compare, Tolerance};
+use fp8_linear_tests::gpu::{
+    block_reference_rows, gpu_for_entry_or_skip, gpu_or_skip, upload_as, AnyBuffer,
+};
+use fp8_linear_tests::layers::{quantize_groups, random_activations, random_block_weight};
 use half::bf16;
 
 #[test]
@@ -47,7 +52,12 @@ fn configs_they_cannot_run_are_rejected_with_reasons() {
 
 #[test]
 fn bad_inputs_give_typed_errors() {
-    let Some(gpu) = gpu_or_skip("bad_inputs_give_typed_errors") else {
+    // The portable kernel needs FP8 tensor cores (its arch, sm_89 and newer).
+    let Some(gpu) = gpu_for_entry_or_skip(
+        "bad_inputs_give_typed_errors",
+        &PortableBlockFp8::ENTRY,
+        false,
+    ) else {
         return;
     };
     let (m, n, k) = (4, 256, 300);
@@ -158,11 +168,25 @@ fn bad_inputs_give_typed_errors() {
     // M = 0
     let r = kernel.apply(&xb.tensor([0, k]), &mut out.tensor_mut([0, n]));
     assert!(matches!(r, Err(KernelError::Shape { .. })), "{r:?}");
-    // and the kernel still works afterwards
+    // and the kernel still computes the right output afterwards (into a freshly poisoned
+    // buffer, from real activations: the poisoned input above is NaN)
+    let x = random_activations(m, k);
+    let (xd, exact) = upload_as(&gpu, &x, DType::Bf16);
+    let mut y = AnyBuffer::poisoned(&gpu, m * n, DType::Bf16);
     kernel
-        .apply(&xb.tensor([m, k]), &mut out.tensor_mut([m, n]))
+        .apply(&xd.tensor([m, k]), &mut y.tensor_mut([m, n]))
         .unwrap();
-    gpu.synchronize().unwrap();
+    let (aq, as_) = quantize_groups(&exact, m, k);
+    let rows: Vec<usize> = (0..m).collect();
+    let want = block_reference_rows(&aq, &as_, &w, &ws, n, k, &rows);
+    let c = compare(
+        &y.to_f32(),
+        &want,
+        n,
+        Tolerance::for_kernel(&PortableBlockFp8::ENTRY, &cfg),
+    );
+    eprintln!("after the bad calls: {}", c.summary());
+    c.assert_ok("PortableBlockFp8 after the bad calls");
     eprintln!("bad inputs: every case gave its typed error");
 }
 
@@ -214,4 +238,7 @@ fn a_kernel_outside_its_arch_is_refused_with_a_typed_error() {
         }
     }
     eprintln!("{checked} kernels refused on this GPU with WrongDevice");
+    // The CPU kernels are in the tables and never run on a GPU target: the loop above
+    // checked at least those.
+    assert!(checked >= 2, "only {checked} kernels checked");
 }

@@ -1,35 +1,22 @@
-//! GPU activation quantization is bit-identical to the CPU's (codes and scales) on fresh
-//! random data with outliers, zeros, tiny and huge values: 1x128 groups (row- and
+//! GPU activation quantization (`ActQuant`) against the test-only oracle
+//! (`fp8_linear_tests::oracle`, an f64 statement of the spec that shares no code with any
+//! quantizer) and, beside it, against the CPU quantizer, bit for bit (codes and scales):
+//! on the hand-derived cases, then on fresh nasty data (outliers, an all-zero group, exact
+//! ties, values below the absmax floor, magnitudes over 28 binades): 1x128 groups (row- and
 //! column-major scales), per-token (with and without an upper bound), per-tensor static and
-//! dynamic; f32, f16 and bf16 input; ragged K. Skips without a GPU unless FP8_REQUIRE_CUDA=1.
+//! dynamic; f32, f16 and bf16 input; ragged K. Every output buffer (codes with their row
+//! padding, scales) is poisoned before each call, so an element the kernel does not write,
+//! padding included, shows. Skips without a GPU unless FP8_REQUIRE_CUDA=1.
+
+use std::sync::Arc;
 
 use fp8_linear::cpu::quantize;
-use fp8_linear::cuda::runtime::DeviceBuffer;
+use fp8_linear::cuda::runtime::{DeviceBuffer, Gpu};
 use fp8_linear::cuda::{ActQuant, ScaleOrder};
 use fp8_linear::DType;
-use fp8_linear_tests::gpu::{gpu_or_skip, upload_as};
-use rand::Rng;
-
-/// Random activations with the awkward cases mixed in: a zero group, values near the e4m3
-/// subnormal range after scaling, outliers (all finite in f16, whose max is 65504).
-fn nasty(m: usize, k: usize) -> Vec<f32> {
-    let mut rng = rand::rng();
-    let mut x: Vec<f32> = (0..m * k)
-        .map(|_| {
-            let mag = 2f32.powi(rng.random_range(-20..8));
-            let v: f32 = rng.random_range(-1.0..1.0) * mag;
-            if rng.random_range(0..50) == 0 {
-                v * 100.0
-            } else {
-                v
-            }
-        })
-        .collect();
-    if k >= 128 && m > 1 {
-        x[k..k + 128].iter_mut().for_each(|v| *v = 0.0); // an all-zero group in row 1
-    }
-    x
-}
+use fp8_linear_tests::gpu::{gpu_or_skip, upload_as, AnyBuffer};
+use fp8_linear_tests::layers::nasty_activations;
+use fp8_linear_tests::oracle::{self, How};
 
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::Bf16];
 const SHAPES: [(usize, usize); 6] = [
@@ -41,6 +28,258 @@ const SHAPES: [(usize, usize); 6] = [
     (16, 7170),
 ];
 
+/// Poison for the code buffers: the NaN code, which no quantization of finite input gives,
+/// so any element (padding included) the kernel leaves unwritten shows.
+const CODE_POISON: u8 = 0x7f;
+
+fn device_ptr(b: &AnyBuffer, m: usize, k: usize) -> u64 {
+    match b.tensor([m, k]).data {
+        fp8_linear::Storage::Device(mem, _) => mem.ptr,
+        _ => unreachable!("a device buffer"),
+    }
+}
+
+fn poisoned_codes(gpu: &Arc<Gpu>, len: usize) -> DeviceBuffer<u8> {
+    let mut b = DeviceBuffer::<u8>::zeros(gpu, len).unwrap();
+    b.fill_bytes(CODE_POISON).unwrap();
+    b
+}
+
+fn poisoned_scales(gpu: &Arc<Gpu>, len: usize) -> DeviceBuffer<f32> {
+    let mut b = DeviceBuffer::<f32>::zeros(gpu, len).unwrap();
+    b.fill_bytes(0xff).unwrap(); // NaN
+    b
+}
+
+/// Checks codes `[m, ldq]` read back from the GPU: columns `< k` equal `want` (`[m, k]`),
+/// the padding columns are 0.
+fn check_codes(what: &str, got: &[u8], want: &[u8], x: &[f32], m: usize, k: usize, ldq: usize) {
+    for r in 0..m {
+        for c in 0..ldq {
+            let (g, w) = (got[r * ldq + c], if c < k { want[r * k + c] } else { 0 });
+            assert_eq!(
+                g,
+                w,
+                "{what}: code ({r}, {c}) of x = {:e}: got {g:#04x}, want {w:#04x}{}",
+                if c < k { x[r * k + c] } else { 0.0 },
+                if c >= k { " (row padding)" } else { "" }
+            );
+        }
+    }
+}
+
+fn check_scale(what: &str, got: f32, want: f32) {
+    assert_eq!(
+        got.to_bits(),
+        want.to_bits(),
+        "{what}: got {got:e}, want {want:e}"
+    );
+}
+
+/// Runs the GPU group quantization of `x` `[m, k]` (uploaded as `d`) and checks it against
+/// the oracle and the CPU quantizer; returns nothing, panics on a difference.
+fn check_group128(gpu: &Arc<Gpu>, q: &ActQuant, x: &[f32], m: usize, k: usize, d: DType) {
+    let (xb, exact) = upload_as(gpu, x, d);
+    let ptr = device_ptr(&xb, m, k);
+    let ldq = k.div_ceil(16) * 16;
+    let g = k.div_ceil(128);
+    let (want_q, want_s) = oracle::quantize_groups(&exact, m, k, 128);
+    let (cpu_q, cpu_s) = quantize::per_token_group(&exact, m, k, 128);
+    assert_eq!(cpu_q, want_q, "the CPU quantizer differs from the oracle");
+    assert_eq!(cpu_s, want_s, "the CPU quantizer differs from the oracle");
+    let ld = m.div_ceil(4) * 4 + 4;
+    for order in [
+        ScaleOrder::RowMajor,
+        ScaleOrder::ColMajor,
+        ScaleOrder::ColMajorLd(ld),
+    ] {
+        let codes = poisoned_codes(gpu, m * ldq);
+        let scales = poisoned_scales(gpu, ld * g);
+        // SAFETY: buffers sized as the call requires, all on the GPU handle's stream.
+        unsafe { q.group128(ptr, d, m, k, codes.ptr(), ldq, scales.ptr(), order) }.unwrap();
+        let what = format!("group128 {d} M={m} K={k} {order:?}");
+        check_codes(&what, &codes.to_host().unwrap(), &want_q, &exact, m, k, ldq);
+        let got_s = scales.to_host().unwrap();
+        for r in 0..m {
+            for j in 0..g {
+                let idx = match order {
+                    ScaleOrder::RowMajor => r * g + j,
+                    ScaleOrder::ColMajor => j * m + r,
+                    ScaleOrder::ColMajorLd(ld) => j * ld + r,
+                };
+                check_scale(
+                    &format!("{what}: scale ({r}, {j})"),
+                    got_s[idx],
+                    want_s[r * g + j],
+                );
+            }
+        }
+    }
+}
+
+/// Per-token and per-tensor GPU quantization of `x` against the oracle (and the CPU).
+fn check_scaled(gpu: &Arc<Gpu>, q: &ActQuant, x: &[f32], m: usize, k: usize, d: DType) {
+    let (xb, exact) = upload_as(gpu, x, d);
+    let ptr = device_ptr(&xb, m, k);
+    let ldq = k.div_ceil(16) * 16;
+    let amax = DeviceBuffer::<f32>::zeros(gpu, 1).unwrap();
+    // Per token, with and without an upper bound that clips some rows (and one below the
+    // absmax floor, which clips every row).
+    for ub in [None, Some(3.0f32), Some(1e-12)] {
+        let codes = poisoned_codes(gpu, m * ldq);
+        let scales = poisoned_scales(gpu, m);
+        let ub_buf = ub.map(|u| DeviceBuffer::from_host(gpu, &[u]).unwrap());
+        // SAFETY: buffers sized as required, all on the GPU handle's stream.
+        unsafe {
+            q.per_token(
+                ptr,
+                d,
+                m,
+                k,
+                codes.ptr(),
+                ldq,
+                scales.ptr(),
+                ub_buf.as_ref().map(|b| b.ptr()),
+            )
+        }
+        .unwrap();
+        let (want_q, want_s) = oracle::quantize_per_token(&exact, m, k, ub);
+        let mut cpu_q = vec![0u8; m * k];
+        let mut cpu_s = vec![0f32; m];
+        quantize::per_token_into(&exact, k, ub, &mut cpu_q, &mut cpu_s);
+        assert_eq!(cpu_q, want_q, "the CPU quantizer differs from the oracle");
+        assert_eq!(cpu_s, want_s, "the CPU quantizer differs from the oracle");
+        let what = format!("per-token ub={ub:?} {d} M={m} K={k}");
+        check_codes(&what, &codes.to_host().unwrap(), &want_q, &exact, m, k, ldq);
+        for (r, s) in scales.to_host().unwrap().iter().enumerate() {
+            check_scale(&format!("{what}: scale of row {r}"), *s, want_s[r]);
+        }
+    }
+    // Per tensor: dynamic, then static.
+    for fixed in [None, Some(0.0123f32)] {
+        let codes = poisoned_codes(gpu, m * ldq);
+        let scales = poisoned_scales(gpu, m);
+        let one = poisoned_scales(gpu, 1);
+        let fixed_buf = fixed.map(|s| DeviceBuffer::from_host(gpu, &[s]).unwrap());
+        // SAFETY: as above.
+        unsafe {
+            q.per_tensor(
+                ptr,
+                d,
+                m,
+                k,
+                codes.ptr(),
+                ldq,
+                fixed_buf.as_ref().map(|b| b.ptr()),
+                amax.ptr(),
+                Some(scales.ptr()),
+                Some(one.ptr()),
+            )
+        }
+        .unwrap();
+        let (want_q, want_s) = oracle::quantize_per_tensor(&exact, fixed);
+        let mut cpu_q = vec![0u8; m * k];
+        let cpu_s = quantize::per_tensor_into(&exact, fixed, &mut cpu_q);
+        assert_eq!(cpu_q, want_q, "the CPU quantizer differs from the oracle");
+        assert_eq!(cpu_s.to_bits(), want_s.to_bits());
+        let what = format!("per-tensor {fixed:?} {d} M={m} K={k}");
+        check_codes(&what, &codes.to_host().unwrap(), &want_q, &exact, m, k, ldq);
+        for (r, s) in scales.to_host().unwrap().iter().enumerate() {
+            check_scale(&format!("{what}: scale of row {r}"), *s, want_s);
+        }
+        check_scale(
+            &format!("{what}: the one scale"),
+            one.to_host().unwrap()[0],
+            want_s,
+        );
+    }
+}
+
+#[test]
+fn hand_derived_cases_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("hand_derived_cases_on_the_gpu") else {
+        return;
+    };
+    let q = ActQuant::new(&gpu).unwrap();
+    // f32 input holds every case exactly (the oracle's cases are f32 values).
+    for c in oracle::hand_derived_cases() {
+        let (xb, exact) = upload_as(&gpu, &c.x, DType::F32);
+        assert_eq!(exact, c.x);
+        let ptr = device_ptr(&xb, c.m, c.k);
+        let ldq = c.k.div_ceil(16) * 16;
+        let codes = poisoned_codes(&gpu, c.m * ldq);
+        let scales = poisoned_scales(&gpu, c.scales.len().max(c.m));
+        let amax = DeviceBuffer::<f32>::zeros(&gpu, 1).unwrap();
+        let one = poisoned_scales(&gpu, 1);
+        let (cm, ck) = (c.m, c.k);
+        // SAFETY: buffers sized as each call requires, on the GPU handle's stream.
+        unsafe {
+            match c.how {
+                How::Groups(128) => q.group128(
+                    ptr,
+                    DType::F32,
+                    cm,
+                    ck,
+                    codes.ptr(),
+                    ldq,
+                    scales.ptr(),
+                    ScaleOrder::RowMajor,
+                ),
+                How::Groups(g) => panic!("the GPU quantizes 1x128 groups, not 1x{g}"),
+                How::PerToken(ub) => {
+                    let ub_buf = ub.map(|u| DeviceBuffer::from_host(&gpu, &[u]).unwrap());
+                    let r = q.per_token(
+                        ptr,
+                        DType::F32,
+                        cm,
+                        ck,
+                        codes.ptr(),
+                        ldq,
+                        scales.ptr(),
+                        ub_buf.as_ref().map(|b| b.ptr()),
+                    );
+                    gpu.synchronize().unwrap();
+                    r
+                }
+                How::PerTensor(s) => {
+                    let s_buf = s.map(|s| DeviceBuffer::from_host(&gpu, &[s]).unwrap());
+                    let r = q.per_tensor(
+                        ptr,
+                        DType::F32,
+                        cm,
+                        ck,
+                        codes.ptr(),
+                        ldq,
+                        s_buf.as_ref().map(|b| b.ptr()),
+                        amax.ptr(),
+                        None,
+                        Some(one.ptr()),
+                    );
+                    gpu.synchronize().unwrap();
+                    r
+                }
+            }
+        }
+        .unwrap_or_else(|e| panic!("{}: {e}", c.what));
+        check_codes(
+            c.what,
+            &codes.to_host().unwrap(),
+            &c.codes,
+            &c.x,
+            cm,
+            ck,
+            ldq,
+        );
+        let got_s = match c.how {
+            How::PerTensor(_) => one.to_host().unwrap(),
+            _ => scales.to_host().unwrap()[..c.scales.len()].to_vec(),
+        };
+        for (g, w) in got_s.iter().zip(&c.scales) {
+            check_scale(c.what, *g, *w);
+        }
+    }
+}
+
 #[test]
 fn group128_bit_exact() {
     let Some(gpu) = gpu_or_skip("group128_bit_exact") else {
@@ -49,56 +288,11 @@ fn group128_bit_exact() {
     let q = ActQuant::new(&gpu).unwrap();
     for d in DTYPES {
         for (m, k) in SHAPES {
-            for order in [
-                ScaleOrder::RowMajor,
-                ScaleOrder::ColMajor,
-                ScaleOrder::ColMajorLd(m.div_ceil(4) * 4 + 4),
-            ] {
-                let x = nasty(m, k);
-                let (xb, exact) = upload_as(&gpu, &x, d);
-                let ldq = k.div_ceil(16) * 16;
-                let g = k.div_ceil(128);
-                let mut codes = DeviceBuffer::<u8>::zeros(&gpu, m * ldq).unwrap();
-                codes.fill_bytes(0xaa).unwrap();
-                let scales = DeviceBuffer::<f32>::zeros(&gpu, (m.div_ceil(4) * 4 + 4) * g).unwrap();
-                let xm = xb.tensor([m, k]);
-                let ptr = match xm.data {
-                    fp8_linear::Storage::Device(mem, _) => mem.ptr,
-                    _ => unreachable!(),
-                };
-                // SAFETY: buffers sized as the call requires, all on the GPU handle's stream.
-                unsafe { q.group128(ptr, d, m, k, codes.ptr(), ldq, scales.ptr(), order) }.unwrap();
-                let got_q = codes.to_host().unwrap();
-                let got_s = scales.to_host().unwrap();
-                let (want_q, want_s) = quantize::per_token_group(&exact, m, k, 128);
-                for r in 0..m {
-                    for c in 0..ldq {
-                        let want = if c < k { want_q[r * k + c] } else { 0 };
-                        assert_eq!(
-                            got_q[r * ldq + c],
-                            want,
-                            "{d} M={m} K={k} {order:?}: code ({r}, {c}) of x = {:e}",
-                            if c < k { exact[r * k + c] } else { 0.0 }
-                        );
-                    }
-                    for j in 0..g {
-                        let idx = match order {
-                            ScaleOrder::RowMajor => r * g + j,
-                            ScaleOrder::ColMajor => j * m + r,
-                            ScaleOrder::ColMajorLd(ld) => j * ld + r,
-                        };
-                        assert_eq!(
-                            got_s[idx].to_bits(),
-                            want_s[r * g + j].to_bits(),
-                            "{d} scale ({r}, {j})"
-                        );
-                    }
-                }
-            }
+            check_group128(&gpu, &q, &nasty_activations(m, k), m, k, d);
         }
     }
     eprintln!(
-        "group128: bit-exact for f32/f16/bf16 input, {} shapes, both scale orders",
+        "group128: bit-exact with the oracle for f32/f16/bf16 input, {} shapes, every scale order",
         SHAPES.len()
     );
 }
@@ -111,87 +305,7 @@ fn per_token_and_per_tensor_bit_exact() {
     let q = ActQuant::new(&gpu).unwrap();
     for d in DTYPES {
         for (m, k) in SHAPES {
-            let x = nasty(m, k);
-            let (xb, exact) = upload_as(&gpu, &x, d);
-            let ptr = match xb.tensor([m, k]).data {
-                fp8_linear::Storage::Device(mem, _) => mem.ptr,
-                _ => unreachable!(),
-            };
-            let ldq = k.div_ceil(16) * 16;
-            let codes = DeviceBuffer::<u8>::zeros(&gpu, m * ldq).unwrap();
-            let scales = DeviceBuffer::<f32>::zeros(&gpu, m).unwrap();
-            let one = DeviceBuffer::<f32>::zeros(&gpu, 1).unwrap();
-            let amax = DeviceBuffer::<f32>::zeros(&gpu, 1).unwrap();
-            let check = |what: &str, want_q: &[u8], want_s: &[f32]| {
-                let got_q = codes.to_host().unwrap();
-                for r in 0..m {
-                    for c in 0..k {
-                        assert_eq!(
-                            got_q[r * ldq + c],
-                            want_q[r * k + c],
-                            "{what} {d} M={m} K={k} ({r},{c})"
-                        );
-                    }
-                    for c in k..ldq {
-                        assert_eq!(got_q[r * ldq + c], 0, "{what}: padding ({r},{c})");
-                    }
-                }
-                let got_s = scales.to_host().unwrap();
-                for r in 0..m {
-                    let want = want_s[if want_s.len() == 1 { 0 } else { r }];
-                    assert_eq!(
-                        got_s[r].to_bits(),
-                        want.to_bits(),
-                        "{what} {d} scale of row {r}"
-                    );
-                }
-            };
-            // Per token, with and without an upper bound that clips some rows.
-            for ub in [None, Some(3.0f32)] {
-                let ub_buf = ub.map(|u| DeviceBuffer::from_host(&gpu, &[u]).unwrap());
-                // SAFETY: buffers sized as required, all on the GPU handle's stream.
-                unsafe {
-                    q.per_token(
-                        ptr,
-                        d,
-                        m,
-                        k,
-                        codes.ptr(),
-                        ldq,
-                        scales.ptr(),
-                        ub_buf.as_ref().map(|b| b.ptr()),
-                    )
-                }
-                .unwrap();
-                let mut want_q = vec![0u8; m * k];
-                let mut want_s = vec![0f32; m];
-                quantize::per_token_into(&exact, k, ub, &mut want_q, &mut want_s);
-                check("per-token", &want_q, &want_s);
-            }
-            // Per tensor: dynamic, then static.
-            for fixed in [None, Some(0.0123f32)] {
-                let fixed_buf = fixed.map(|s| DeviceBuffer::from_host(&gpu, &[s]).unwrap());
-                // SAFETY: as above.
-                unsafe {
-                    q.per_tensor(
-                        ptr,
-                        d,
-                        m,
-                        k,
-                        codes.ptr(),
-                        ldq,
-                        fixed_buf.as_ref().map(|b| b.ptr()),
-                        amax.ptr(),
-                        Some(scales.ptr()),
-                        Some(one.ptr()),
-                    )
-                }
-                .unwrap();
-                let mut want_q = vec![0u8; m * k];
-                let s = quantize::per_tensor_into(&exact, fixed, &mut want_q);
-                check("per-tensor", &want_q, &[s]);
-                assert_eq!(one.to_host().unwrap()[0].to_bits(), s.to_bits());
-            }
+            check_scaled(&gpu, &q, &nasty_activations(m, k), m, k, d);
         }
     }
     eprintln!("per-token (with and without ub) and per-tensor (static, dynamic): bit-exact");

@@ -2,14 +2,20 @@
 //! weight repack into the kernel's tile layout, the scale conversion (per-tensor broadcast,
 //! per-channel, 1 x 128 groups, 128 x 128 blocks, the folded power of two, f16 overflow),
 //! and N / K padding, checked through a CPU model of the kernel (mma by mma, by the PTX
-//! fragment layout) against the f64 reference. Fresh random data every run.
+//! fragment layout) against the f64 reference: the relative Frobenius error and every
+//! element (`fp8_linear_tests::check`; the model's two 16-bit roundings, 3 u of the row,
+//! where exact conversions are held to 1e-6). Fresh seeded random data every run (weight
+//! codes over all 254 finite codes; the seed is printed, `FP8_TEST_SEED` replays it).
 
-use fp8_linear::cpu::reference::{rel_frobenius, weight_only_f64};
+use fp8_linear::cpu::reference::weight_only_f64;
 use fp8_linear::cuda::marlin::emulate::emulate;
 use fp8_linear::cuda::marlin::repack::{self, bit_trick, half_bits_to_f32, prepare};
-use fp8_linear::fp8::{e4m3_to_f32, f32_to_e4m3};
+use fp8_linear::fp8::e4m3_to_f32;
 use fp8_linear::{DType, KernelError, LayerConfig};
 use fp8_linear::{GroupShape, QuantKey, ScaleDtype};
+use fp8_linear_tests::check::{compare, Tolerance};
+use fp8_linear_tests::layers::random_codes as codes_over_every_exponent;
+use fp8_linear_tests::seed::rng;
 use half::{bf16, f16};
 use rand::Rng;
 
@@ -23,24 +29,17 @@ fn round_to(x: &[f32], dt: DType) -> Vec<f32> {
 }
 
 fn random_codes(n: usize, k: usize) -> Vec<u8> {
-    let mut rng = rand::rng();
-    (0..n * k)
-        .map(|_| {
-            // values over the whole e4m3 range, subnormals included
-            let mag = 2f32.powi(rng.random_range(-10..9)) * rng.random_range(1.0f32..2.0);
-            f32_to_e4m3(if rng.random_bool(0.5) { mag } else { -mag })
-        })
-        .collect()
+    codes_over_every_exponent(n * k)
 }
 
 fn random_x(m: usize, k: usize) -> Vec<f32> {
-    let mut rng = rand::rng();
+    let mut rng = rng();
     (0..m * k).map(|_| rng.random_range(-2.0f32..2.0)).collect()
 }
 
 /// Scales spread over `2^-spread .. 2^spread` (times a random mantissa).
 fn random_scales(count: usize, spread: i32) -> Vec<f32> {
-    let mut rng = rand::rng();
+    let mut rng = rng();
     (0..count)
         .map(|_| {
             2f32.powi(rng.random_range(-spread..=spread)) * rng.random_range(0.5f32..1.0) / 64.0
@@ -67,8 +66,26 @@ fn scale_at(config: &LayerConfig, s: &[f32], j: usize, kk: usize) -> f32 {
     }
 }
 
-/// Emulated kernel vs f64 reference on fresh data; returns the relative Frobenius error.
-fn check(config: &LayerConfig, m: usize, scales: &[f32]) -> f64 {
+/// The bounds of the emulated kernel (its f64 sums rounded to f32) against the reference:
+/// Frobenius `frob`, and per element 2^-24 of the element plus `rtol` of its row.
+fn tol(frob: f64, rtol: f64) -> Tolerance {
+    Tolerance::cpu(DType::F32).with(frob, rtol)
+}
+
+/// The model's 16-bit roundings (each weight times its group scale, the group scale
+/// relative to the channel's f32 scale: see `Tolerance::for_kernel`), 3 u of the row:
+/// bf16 3 * 2^-8, f16 3 * 2^-11.
+fn rtol_16bit(dt: DType) -> f64 {
+    3.0 * if dt == DType::Bf16 {
+        2f64.powi(-8)
+    } else {
+        2f64.powi(-11)
+    }
+}
+
+/// Emulated kernel vs f64 reference on fresh data, held to `tol` (panics with the worst
+/// element otherwise); returns the relative Frobenius error.
+fn check(config: &LayerConfig, m: usize, scales: &[f32], tol: Tolerance) -> f64 {
     let (n, k) = (config.n, config.k);
     let codes = random_codes(n, k);
     let x = round_to(&random_x(m, k), config.input_dtype);
@@ -78,7 +95,14 @@ fn check(config: &LayerConfig, m: usize, scales: &[f32]) -> f64 {
     assert_eq!(mw.k_pad % repack::STEP, 0);
     let got: Vec<f32> = emulate(&mw, &x, m).iter().map(|v| *v as f32).collect();
     let want = weight_only_f64(&x, &codes, m, n, k, |j, kk| scale_at(config, scales, j, kk));
-    rel_frobenius(&got, &want)
+    let c = compare(&got, &want, n, tol);
+    let what = format!(
+        "{} {} M={m} N={n} K={k}",
+        config.weight.group, config.input_dtype
+    );
+    eprintln!("{what}: {}", c.summary());
+    c.assert_ok(&what);
+    c.frob
 }
 
 #[test]
@@ -131,11 +155,9 @@ fn per_channel_and_per_tensor_are_exact_after_repack() {
             (17, 190, 33),
         ] {
             let c = LayerConfig::weight_only(key(GroupShape::PerChannel), n, k, dt);
-            let err = check(&c, m, &random_scales(n, 6));
-            assert!(err < 1e-6, "per-channel {dt} m={m} n={n} k={k}: {err}");
+            check(&c, m, &random_scales(n, 6), tol(1e-6, 1e-6));
             let c = LayerConfig::weight_only(key(GroupShape::PerTensor), n, k, dt);
-            let err = check(&c, m, &random_scales(1, 6));
-            assert!(err < 1e-6, "per-tensor {dt} m={m} n={n} k={k}: {err}");
+            check(&c, m, &random_scales(1, 6), tol(1e-6, 1e-6));
         }
     }
 }
@@ -146,10 +168,14 @@ fn block_scales_with_wide_range_match_reference() {
         for &(m, n, k) in &[(3, 200, 300), (16, 129, 520), (7, 64, 128), (2, 300, 1000)] {
             let c = LayerConfig::weight_only(QuantKey::WEIGHT_BLOCK_128, n, k, dt);
             let s = c.weight_scale_shape();
-            let err = check(&c, m, &random_scales(s[0] * s[1], 10));
             // bf16 group scales carry 8 significant bits, f16 11.
-            let tol = if dt == DType::Bf16 { 6e-3 } else { 1e-3 };
-            assert!(err < tol, "block {dt} m={m} n={n} k={k}: {err}");
+            let frob = if dt == DType::Bf16 { 6e-3 } else { 1e-3 };
+            check(
+                &c,
+                m,
+                &random_scales(s[0] * s[1], 10),
+                tol(frob, rtol_16bit(dt)),
+            );
         }
     }
 }
@@ -160,9 +186,13 @@ fn group_scales_along_k_match_reference() {
         for (g, n, k) in [(128u32, 150, 400), (64, 70, 250), (32, 64, 96)] {
             let c = LayerConfig::weight_only(key(GroupShape::Group { cols: g }), n, k, dt);
             let s = c.weight_scale_shape();
-            let err = check(&c, 11, &random_scales(s[0] * s[1], 8));
-            let tol = if dt == DType::Bf16 { 6e-3 } else { 1e-3 };
-            assert!(err < tol, "group {g} {dt}: {err}");
+            let frob = if dt == DType::Bf16 { 6e-3 } else { 1e-3 };
+            check(
+                &c,
+                11,
+                &random_scales(s[0] * s[1], 8),
+                tol(frob, rtol_16bit(dt)),
+            );
         }
     }
 }
@@ -173,8 +203,12 @@ fn block_layer_config_runs_weight_only() {
     // activation key and multiplies the 16-bit activations directly.
     let c = LayerConfig::block_128(192, 256, DType::Bf16, DType::Bf16);
     let s = c.weight_scale_shape();
-    let err = check(&c, 4, &random_scales(s[0] * s[1], 4));
-    assert!(err < 6e-3, "{err}");
+    check(
+        &c,
+        4,
+        &random_scales(s[0] * s[1], 4),
+        tol(6e-3, rtol_16bit(DType::Bf16)),
+    );
 }
 
 #[test]
@@ -190,7 +224,7 @@ fn f16_large_scales_do_not_overflow() {
     ] {
         let c = LayerConfig::weight_only(key(group), 130, 384, DType::F16);
         let s = c.weight_scale_shape();
-        let mut rng = rand::rng();
+        let mut rng = rng();
         let scales: Vec<f32> = (0..s[0] * s[1])
             .map(|_| rng.random_range(500.0f32..1000.0))
             .collect();
@@ -203,8 +237,7 @@ fn f16_large_scales_do_not_overflow() {
             .group_scales
             .iter()
             .all(|b| f16::from_bits(*b).to_f32() <= 256.0));
-        let err = check(&c, 5, &scales);
-        assert!(err < 1e-3, "{group}: {err}");
+        check(&c, 5, &scales, tol(1e-3, rtol_16bit(DType::F16)));
     }
 }
 
@@ -226,8 +259,7 @@ fn f16_rejects_group_scales_spanning_more_than_2_pow_22_in_one_channel() {
     // bf16 has f32's exponent range: the same scales are fine.
     c.input_dtype = DType::Bf16;
     c.output_dtype = DType::Bf16;
-    let err = check(&c, 3, &scales);
-    assert!(err < 6e-3, "{err}");
+    check(&c, 3, &scales, tol(6e-3, rtol_16bit(DType::Bf16)));
 }
 
 #[test]

@@ -232,7 +232,12 @@ fn typed_constructor_takes_the_four_parameter_names() {
         Err(e) => panic!("expected ProfileDevice, got {e}"),
         Ok(_) => panic!("built for a profile"),
     }
-    let Some(gpu) = fp8_linear_tests::gpu::gpu_or_skip("typed_constructor (GPU part)") else {
+    // The GPU part: Marlin runs on sm_80 and newer (forced beyond sm_89).
+    let Some(gpu) = fp8_linear_tests::gpu::gpu_for_entry_or_skip(
+        "typed_constructor (GPU part)",
+        &MarlinFp8::ENTRY,
+        true,
+    ) else {
         return;
     };
     let target = Target::from_gpu(gpu);
@@ -304,13 +309,17 @@ fn config_checks_give_reasons() {
 fn bad_weights_are_rejected_before_anything_is_uploaded() {
     // Without a GPU (CI) a Marlin layer cannot be built at all: opening the GPU is an error
     // value, never a panic. On a GPU host, bad weights are rejected before any upload.
-    let target = match fp8_linear::Target::cuda(0) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("no GPU ({e}): the CPU side is the error value above");
-            return;
-        }
+    if let Err(e) = fp8_linear::Target::cuda(0) {
+        assert!(!e.to_string().is_empty());
+    }
+    let Some(gpu) = fp8_linear_tests::gpu::gpu_for_entry_or_skip(
+        "bad_weights_are_rejected_before_anything_is_uploaded",
+        &MarlinFp8::ENTRY,
+        true,
+    ) else {
+        return;
     };
+    let target = fp8_linear::Target::from_gpu(gpu);
     let (n, k) = (64, 128);
     let c = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
     let codes = vec![0x38u8; n * k];

@@ -65,6 +65,8 @@ fp8_table! {
     pub EMPTY: Cpu, Scaled = [];
     /// `BASE` again.
     pub SAME: Cpu, BlockScaled = BASE + [];
+    /// A suffixed priority override is the same number.
+    pub SUFFIXED: Cpu, WeightOnly = [F => 7u8, T => 8u16];
 }
 
 fn main() {
@@ -73,6 +75,8 @@ fn main() {
     assert_eq!(BASE.entries.len(), 2);
     assert!(EMPTY.entries.is_empty());
     assert_eq!(SAME.entries.len(), 2);
+    let priorities: Vec<u16> = SUFFIXED.entries.iter().map(|e| e.priority).collect();
+    assert_eq!(priorities, [7, 8]);
     let ctx_config =
         LayerConfig::block_128(128, 128, fp8_linear::DType::Bf16, fp8_linear::DType::Bf16);
     let target = fp8_linear::Target::cpu();

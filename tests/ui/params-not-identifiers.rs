@@ -1,10 +1,11 @@
+//! `params` entries are names, not strings.
 use fp8_linear::{fp8_kernel, BuildCtx, KernelError, LayerParams};
 
-#[fp8_kernel(platform = Cpu, priority = 1, params = ["weight", 3])]
+#[fp8_kernel(platform = Cpu, priority = 1, params = ["weight"])]
 pub struct K;
 
 impl K {
-    pub fn new(_ctx: &BuildCtx<'_>, _params: LayerParams<2>) -> Result<Self, KernelError> {
+    pub fn new(_ctx: &BuildCtx<'_>, _params: LayerParams<1>) -> Result<Self, KernelError> {
         Ok(K)
     }
 }

@@ -1,5 +1,23 @@
-//! Host-side pieces shared by the CPU kernels: reading inputs as f32, copying a layer's
-//! weights out of its views, quantizing activations per the layer's key, writing outputs.
+//! Host-side pieces every CPU kernel needs, public so that a downstream CPU kernel does not
+//! write them again: reading a host tensor of any float dtype as f32 ([`to_f32`]), writing
+//! f32 results into an output of any float dtype ([`write_output`]), copying and checking a
+//! layer's weights ([`HostWeights`]), and quantizing activations per the layer's key the
+//! way the built-in kernels do ([`ActScratch`]).
+//!
+//! ```
+//! use fp8_linear::cpu::host::{to_f32, write_output};
+//! use fp8_linear::{bf16, f16, Tensor, TensorMut};
+//!
+//! let x = [bf16::from_f32(1.5), bf16::from_f32(-2.0)];
+//! let mut buf = Vec::new();
+//! to_f32("MyKernel", "input", &Tensor::bf16(&x, [1, 2]), &mut buf).unwrap();
+//! assert_eq!(buf, [1.5, -2.0]);
+//!
+//! let mut out = [f16::ZERO; 2];
+//! write_output("MyKernel", &[buf[0] * 2.0, buf[1] * 2.0], &mut TensorMut::f16(&mut out, [1, 2]))
+//!     .unwrap();
+//! assert_eq!(out[1].to_f32(), -4.0);
+//! ```
 
 use fp8_linear_core::fp8::e4m3_to_f32;
 use fp8_linear_core::quant::GroupShape;
@@ -16,13 +34,20 @@ fn host_only(what: &'static str, kernel: &'static str) -> KernelError {
     }
 }
 
-/// Host f32 copy of a contiguous tensor (f32, bf16 or f16), into `buf`.
+/// Reads a contiguous host tensor of f32, bf16 or f16 into `buf` as f32, row-major
+/// (`buf` is cleared first and keeps its capacity, so a kernel can reuse it every call).
+///
+/// `kernel` and `what` name the kernel and the tensor in errors:
+/// [`KernelError::DType`] for FP8 data, [`KernelError::Device`] for device memory (a CPU
+/// kernel needs host memory), [`KernelError::NonContiguous`] / [`KernelError::BufferTooSmall`]
+/// for a view its buffer does not back. Never panics.
 pub fn to_f32(
     kernel: &'static str,
     what: &'static str,
     t: &Tensor<'_>,
     buf: &mut Vec<f32>,
 ) -> Result<(), KernelError> {
+    t.check_contiguous(what)?;
     let n = t.shape[0] * t.shape[1];
     buf.clear();
     match t.data {
@@ -41,13 +66,27 @@ pub fn to_f32(
     Ok(())
 }
 
-/// Writes `acc` (`[m, n]` f32, row-major) to the output in its dtype.
+/// Writes `acc` (f32, row-major, one value per element of `out`) into the contiguous host
+/// output in its dtype: copied for f32, rounded to nearest for bf16 and f16.
+///
+/// Errors, never panics: [`KernelError::Shape`] when `acc` does not hold exactly one value
+/// per output element, [`KernelError::DType`] for an FP8 output, [`KernelError::Device`] for
+/// device memory, [`KernelError::NonContiguous`] / [`KernelError::BufferTooSmall`] for a view
+/// its buffer does not back.
 pub fn write_output(
     kernel: &'static str,
     acc: &[f32],
     out: &mut TensorMut<'_>,
 ) -> Result<(), KernelError> {
+    out.check_contiguous("output")?;
     let n = acc.len();
+    if n != out.shape[0] * out.shape[1] {
+        return Err(KernelError::shape(
+            "output",
+            format!("{n} values ({kernel}'s result)"),
+            format!("{:?} = {} elements", out.shape, out.shape[0] * out.shape[1]),
+        ));
+    }
     match &mut out.data {
         StorageMut::F32(o) => o[..n].copy_from_slice(acc),
         StorageMut::Bf16(o) => o[..n]

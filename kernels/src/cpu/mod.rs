@@ -1,10 +1,12 @@
 //! CPU kernels: the f64 reference (the test oracle) and the fast default (dequantize to f32,
-//! multithreaded SGEMM), plus activation quantization and the f64 reference GEMMs.
+//! multithreaded SGEMM), plus activation quantization, the f64 reference GEMMs, and the
+//! host helpers ([`host`]) a CPU kernel of your own can use: reading inputs of any float
+//! dtype as f32, writing f32 results into outputs of any float dtype, loading the weights.
 
 mod checks;
 mod fast;
 mod gemv;
-mod host;
+pub mod host;
 pub mod quantize;
 pub mod reference;
 mod reference_kernel;

@@ -1,5 +1,8 @@
-//! Activation quantization on the CPU, with the exact semantics of DESIGN.md "Numerics".
-//! GPU implementations must produce bit-identical codes and scales on the same input.
+//! Activation quantization on the CPU, the code the fast kernels run (on
+//! `fp8_linear_core::fp8`'s encoder). The spec it implements is stated in
+//! [`super::reference`], which implements it again on its own for the f64 reference; the
+//! GPU quantizer must produce bit-identical codes and scales on the same input, and the
+//! tests check all of them against a third, test-only statement.
 
 use fp8_linear_core::fp8::{f32_to_e4m3, group_scale, quantize_row_groups, E4M3_MAX, MIN_ABSMAX};
 
@@ -21,8 +24,9 @@ pub fn per_token_group_into(x: &[f32], k: usize, group: usize, q: &mut [u8], s: 
     }
 }
 
-/// Dynamic per-token quantization: one scale per row, `max(absmax, 1e-10) / 448`, clamped
-/// to `ub` when an upper bound is given.
+/// Dynamic per-token quantization: one scale per row, `max(absmax, 1e-10) / 448`; with an
+/// upper bound `ub` (vLLM's `scale_ub`) the absmax is clamped to it first, so the scale is
+/// `min(max(absmax, 1e-10), max(ub, 1e-10)) / 448` (a NaN absmax gives the bound's scale).
 pub fn per_token_into(x: &[f32], k: usize, ub: Option<f32>, q: &mut [u8], s: &mut [f32]) {
     for ((row, qr), sr) in x.chunks(k).zip(q.chunks_mut(k)).zip(s.iter_mut()) {
         let mut scale = group_scale(row);

@@ -1,6 +1,152 @@
-//! f64 reference GEMMs on already-quantized data: the oracle every kernel is tested against.
+//! The f64 reference: GEMMs on already-quantized data, and the activation quantization spec
+//! stated on its own (not through [`crate::cpu::quantize`] or `fp8_linear_core::fp8`, the
+//! code the fast kernels run), so that [`crate::cpu::CpuReference`] built on it is an
+//! oracle rather than a second copy of what it judges.
+//!
+//! The quantization spec (what every backend must produce, bit for bit):
+//!
+//! - e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent field 0 holds the
+//!   subnormals `m * 2^-9`; `0x7f` / `0xff` are NaN; the largest finite value is 448.
+//! - Encoding: saturating round to nearest, ties to the even mantissa, of an f32 value;
+//!   anything of magnitude >= 448 (infinities too) becomes +-448, NaN the NaN code; the sign
+//!   bit is kept (a negative value that rounds to zero is `0x80`).
+//! - Dynamic scale of a set of values (a 1 x G group, a row, the whole tensor):
+//!   `max(absmax, 1e-10) / 448`, computed in f32 (absmax is exact; one f32 division).
+//!   A NaN among the values makes the scale NaN.
+//! - Per-token with an upper bound `ub` (vLLM's `scale_ub`): the row's absmax is clamped to
+//!   `ub` first, `max(min(absmax, ub), 1e-10) / 448`; a NaN absmax gives the bound's scale.
+//! - Codes: `encode(x / scale)` with the quotient an f32 division (correctly rounded).
 
-use fp8_linear_core::fp8::e4m3_to_f32;
+/// Largest finite e4m3fn magnitude.
+const MAX: f64 = 448.0;
+/// Floor of a dynamic absmax, so that an all-zero group keeps a finite, non-zero scale.
+const MIN_ABSMAX: f32 = 1e-10;
+/// The smallest normal e4m3fn magnitude, 2^-6; below it the grid spacing is 2^-9.
+const MIN_NORMAL: f64 = 0.015625;
+const SUBNORMAL_STEP: f64 = 0.001953125;
+
+/// The value of an e4m3fn code, from its bit fields, in f64 (exact); NaN for `0x7f` / `0xff`.
+pub fn e4m3_f64(code: u8) -> f64 {
+    let exponent = i32::from((code >> 3) & 0xf);
+    let mantissa = f64::from(code & 7);
+    if exponent == 15 && code & 7 == 7 {
+        return f64::NAN;
+    }
+    let magnitude = if exponent == 0 {
+        mantissa * SUBNORMAL_STEP
+    } else {
+        (1.0 + mantissa / 8.0) * 2f64.powi(exponent - 7)
+    };
+    if code & 0x80 != 0 {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+/// The binary exponent `E` of a normal, positive f64 (`2^E <= a < 2^(E+1)`).
+fn binade(a: f64) -> i32 {
+    ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023
+}
+
+/// Encodes an f32 value as e4m3fn per the spec above, with f64 arithmetic: the grid spacing
+/// at the value's magnitude (2^-9 among the subnormals, 2^(E-3) in the binade
+/// `[2^E, 2^(E+1))`), the index of the nearest grid point rounded half to even (dividing by
+/// a power of two is exact, and the index's parity is the mantissa's), then the bit fields
+/// of that grid point.
+pub fn encode_e4m3(value: f32) -> u8 {
+    let sign = if value.is_sign_negative() { 0x80 } else { 0 };
+    if value.is_nan() {
+        return sign | 0x7f;
+    }
+    let a = f64::from(value).abs();
+    if a >= MAX {
+        return sign | 0x7e;
+    }
+    let spacing = if a < MIN_NORMAL {
+        SUBNORMAL_STEP
+    } else {
+        2f64.powi(binade(a) - 3)
+    };
+    let v = (a / spacing).round_ties_even() * spacing; // on the grid, at most 448
+    let code = if v < MIN_NORMAL {
+        (v / SUBNORMAL_STEP) as u8 // 0..=7
+    } else {
+        let e = binade(v);
+        let mantissa = (v / 2f64.powi(e) * 8.0) as i32 - 8; // 0..=7
+        (((e + 7) << 3) | mantissa) as u8
+    };
+    sign | code
+}
+
+/// The spec's dynamic scale of `xs`: `max(absmax, 1e-10) / 448` in f32, clamped to
+/// `max(min(absmax, ub), 1e-10) / 448` when an upper bound is given. NaN in `xs` gives NaN
+/// without a bound, the bound's scale with one.
+pub fn dynamic_scale(xs: &[f32], ub: Option<f32>) -> f32 {
+    let nan = xs.iter().any(|x| x.is_nan());
+    let absmax = xs
+        .iter()
+        .fold(0f32, |m, x| if x.abs() > m { x.abs() } else { m });
+    let clamped = match ub {
+        Some(ub) if nan || absmax > ub => ub,
+        Some(_) => absmax,
+        None if nan => return f32::NAN,
+        None => absmax,
+    };
+    let floored = if clamped < MIN_ABSMAX {
+        MIN_ABSMAX
+    } else {
+        clamped
+    };
+    floored / 448.0
+}
+
+/// The codes of `xs` with one scale: `encode(x / scale)`, the quotient an f32 division.
+pub fn quantize_with_scale(xs: &[f32], scale: f32, codes: &mut [u8]) {
+    for (x, c) in xs.iter().zip(codes.iter_mut()) {
+        *c = encode_e4m3(*x / scale);
+    }
+}
+
+/// Dynamic per-token-group quantization of `x` `[m, k]` (row-major), groups of `group`
+/// columns (the last one of a row ragged when `group` does not divide `k`): codes `[m, k]`
+/// and scales `[m, ceil(k / group)]`.
+pub fn quantize_groups(x: &[f32], m: usize, k: usize, group: usize) -> (Vec<u8>, Vec<f32>) {
+    let groups = k.div_ceil(group);
+    let mut codes = vec![0u8; m * k];
+    let mut scales = vec![0f32; m * groups];
+    for i in 0..m {
+        for g in 0..groups {
+            let (lo, hi) = (i * k + g * group, i * k + ((g + 1) * group).min(k));
+            let s = dynamic_scale(&x[lo..hi], None);
+            scales[i * groups + g] = s;
+            quantize_with_scale(&x[lo..hi], s, &mut codes[lo..hi]);
+        }
+    }
+    (codes, scales)
+}
+
+/// Dynamic per-token quantization of `x` `[m, k]`: codes `[m, k]` and one scale per row,
+/// clamped by `ub` when given.
+pub fn quantize_per_token(x: &[f32], m: usize, k: usize, ub: Option<f32>) -> (Vec<u8>, Vec<f32>) {
+    let mut codes = vec![0u8; m * k];
+    let mut scales = vec![0f32; m];
+    for i in 0..m {
+        let row = &x[i * k..(i + 1) * k];
+        scales[i] = dynamic_scale(row, ub);
+        quantize_with_scale(row, scales[i], &mut codes[i * k..(i + 1) * k]);
+    }
+    (codes, scales)
+}
+
+/// Per-tensor quantization: with the given static scale, or the dynamic scale of the whole
+/// tensor. Returns the codes and the scale used.
+pub fn quantize_per_tensor(x: &[f32], scale: Option<f32>) -> (Vec<u8>, f32) {
+    let s = scale.unwrap_or_else(|| dynamic_scale(x, None));
+    let mut codes = vec![0u8; x.len()];
+    quantize_with_scale(x, s, &mut codes);
+    (codes, s)
+}
 
 /// Block-scaled W8A8 in f64: `out[m, n] = sum_kb As[m, kb] * Bs[n / bn, kb] *
 /// sum_{k in kb} A[m, k] * B[n, k]`, with `As` `[m, ceil(k/bk)]` and `Bs`
@@ -27,8 +173,7 @@ pub fn block_gemm_f64(
                 let hi = (lo + bk).min(k);
                 let mut partial = 0f64;
                 for kk in lo..hi {
-                    partial +=
-                        e4m3_to_f32(a[i * k + kk]) as f64 * e4m3_to_f32(b[j * k + kk]) as f64;
+                    partial += e4m3_f64(a[i * k + kk]) * e4m3_f64(b[j * k + kk]);
                 }
                 acc += partial
                     * a_scales[i * kb_count + kb] as f64
@@ -59,7 +204,7 @@ pub fn scaled_gemm_f64(
         for j in 0..n {
             let mut acc = 0f64;
             for kk in 0..k {
-                acc += e4m3_to_f32(a[i * k + kk]) as f64 * e4m3_to_f32(b[j * k + kk]) as f64;
+                acc += e4m3_f64(a[i * k + kk]) * e4m3_f64(b[j * k + kk]);
             }
             out[i * n + j] = acc * sa(i) * sb(j);
         }
@@ -78,7 +223,7 @@ pub fn weight_only_f64(
     w_scale: impl Fn(usize, usize) -> f32,
 ) -> Vec<f64> {
     let w: Vec<f64> = (0..n * k)
-        .map(|idx| e4m3_to_f32(b[idx]) as f64 * w_scale(idx / k, idx % k) as f64)
+        .map(|idx| e4m3_f64(b[idx]) * f64::from(w_scale(idx / k, idx % k)))
         .collect();
     let mut out = vec![0f64; m * n];
     for i in 0..m {
@@ -111,4 +256,69 @@ pub fn rel_frobenius(got: &[f32], want: &[f64]) -> f64 {
         return if num == 0.0 { 0.0 } else { f64::INFINITY };
     }
     (num / den).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The reference's own statement of the spec against the one the fast kernels run
+    //! (`fp8_linear_core::fp8`): two independent implementations that must agree bit for bit.
+    use super::*;
+    use fp8_linear_core::fp8::{e4m3_to_f32, f32_to_e4m3, group_scale};
+
+    #[test]
+    fn decoder_matches_the_core_table_for_every_code() {
+        for c in 0..=255u8 {
+            let (ours, core) = (e4m3_f64(c), f64::from(e4m3_to_f32(c)));
+            if core.is_nan() {
+                assert!(ours.is_nan(), "code {c:#04x}");
+            } else {
+                assert_eq!(ours.to_bits(), core.to_bits(), "code {c:#04x}");
+            }
+        }
+        assert_eq!(e4m3_f64(0x7e), 448.0);
+        assert_eq!(e4m3_f64(0x01), 2f64.powi(-9));
+        assert_eq!(e4m3_f64(0x08), 2f64.powi(-6));
+        assert_eq!(e4m3_f64(0x80).to_bits(), (-0.0f64).to_bits());
+    }
+
+    #[test]
+    fn encoder_matches_the_core_encoder_at_every_midpoint_and_its_neighbours() {
+        // Every value on the grid, every midpoint between neighbours (the ties) and the f32
+        // values next to them, both signs, plus saturation and specials.
+        let grid: Vec<f32> = (0..0x7fu8).map(e4m3_to_f32).collect();
+        let mut xs = vec![
+            0.0f32,
+            448.0,
+            460.0,
+            464.0,
+            470.0,
+            1e30,
+            f32::INFINITY,
+            1e-40,
+        ];
+        for w in grid.windows(2) {
+            let mid = (w[0] + w[1]) / 2.0; // exact: both have 4 significant bits
+            xs.extend([w[0], mid, mid.next_down(), mid.next_up()]);
+        }
+        for x in xs {
+            for v in [x, -x] {
+                assert_eq!(encode_e4m3(v), f32_to_e4m3(v), "x = {v:e}");
+            }
+        }
+        assert_eq!(encode_e4m3(f32::NAN) & 0x7f, 0x7f);
+        assert_eq!(encode_e4m3(-1e-12), 0x80);
+    }
+
+    #[test]
+    fn scales_match_the_core_group_scale() {
+        let rows: [&[f32]; 4] = [&[0.0; 5], &[1.0, -7.5, 3.0], &[1e-20, -1e-30], &[448.0]];
+        for r in rows {
+            assert_eq!(dynamic_scale(r, None).to_bits(), group_scale(r).to_bits());
+        }
+        assert!(dynamic_scale(&[1.0, f32::NAN], None).is_nan());
+        // The bound clamps the absmax: 14 > 7 gives 7 / 448 = 2^-6 exactly.
+        assert_eq!(dynamic_scale(&[14.0, -3.0], Some(7.0)), 0.015625);
+        assert_eq!(dynamic_scale(&[3.5, -3.0], Some(7.0)), 3.5 / 448.0);
+        assert_eq!(dynamic_scale(&[f32::NAN], Some(7.0)), 0.015625);
+    }
 }

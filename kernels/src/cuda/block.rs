@@ -2,19 +2,22 @@
 //! groups) share: the configs they accept, and [`BlockLayer`], the weights and activation
 //! quantization in front of each kernel's GEMM. A kernel supplies only its weight-scale
 //! layout, its row padding and its activation-scale order ([`ActLayout`]), then runs its
-//! GEMM on what [`BlockLayer::begin`] returns.
+//! GEMM on what [`BlockLayer::quantize`] returns: each call is [`BlockLayer::check`], the
+//! kernel's reservation of everything the call needs (activation scratch through
+//! [`BlockLayer::reserve`], its own workspaces and plans), then the quantization and the
+//! GEMM, so that a call refused during a CUDA graph capture has enqueued nothing.
 
 use std::sync::Arc;
 
 use fp8_linear_core::quant::{GroupShape, ScaleDtype};
 use fp8_linear_core::validate::check_config_basics;
 use fp8_linear_core::{
-    DType, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
+    DType, DeviceMemory, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
 };
-use fp8_linear_cuda::{DeviceBuffer, Gpu};
+use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
 use super::device_io::{check_row_count, device_io};
-use super::error::be;
+use super::error::{be, be_at};
 use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
 use super::weights::DeviceWeights;
 
@@ -118,11 +121,9 @@ pub struct BlockLayer {
     layout: ActLayout,
 }
 
-/// What [`BlockLayer::begin`] hands the GEMM: the call's sizes and device addresses.
+/// What [`BlockLayer::quantize`] hands the GEMM: the call's sizes and device addresses.
 #[derive(Copy, Clone, Debug)]
 pub struct BlockCall {
-    /// Input rows.
-    pub m: usize,
     /// Rows of the quantized activations and their scales (M padded per [`ActLayout`]).
     pub rows: usize,
     /// The output `[m, n]`.
@@ -160,19 +161,55 @@ impl BlockLayer {
         })
     }
 
-    /// The opening of every call: the input and output checked as device memory on `gpu`
-    /// against the layer, the row count checked, the input quantized per 1 x 128 group into
-    /// the layer's scratch in the kernel's [`ActLayout`] (enqueued on `gpu`'s stream).
-    pub fn begin(
-        &mut self,
+    /// The checks every call opens with: the input and output as device memory on `gpu`
+    /// against the layer, and the row count. Returns M and the input's and output's memory.
+    pub fn check(
+        &self,
         kernel: &'static str,
         config: &LayerConfig,
         gpu: &Arc<Gpu>,
         input: &Tensor<'_>,
         output: &TensorMut<'_>,
-    ) -> Result<BlockCall, KernelError> {
+    ) -> Result<(usize, DeviceMemory, DeviceMemory), KernelError> {
         let (m, x, out) = device_io(kernel, config, gpu, input, output)?;
         check_row_count(input, m, config.n)?;
+        Ok((m, x, out))
+    }
+
+    /// The rows of the quantized activations for `m` input rows (M padded per the kernel's
+    /// [`ActLayout`]).
+    pub fn rows(&self, m: usize) -> usize {
+        self.layout.for_rows(m).0
+    }
+
+    /// Makes the activation scratch ready for calls of `m` rows; returns the addresses of
+    /// the codes and the scales. Allocates only when it is too small, which is refused
+    /// while `gpu`'s stream is being captured.
+    pub fn reserve(
+        &mut self,
+        config: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        m: usize,
+    ) -> Result<(u64, u64), CudaError> {
+        let rows = self.rows(m);
+        self.act.reserve(gpu, rows, config.k, self.w.ldk)
+    }
+
+    /// Keeps grown activation buffers alive (graphs captured before stay valid).
+    pub fn keep_retired(&mut self) {
+        self.act.keep_retired();
+    }
+
+    /// Quantizes the input (`m` rows at `x`, checked by [`BlockLayer::check`]) per 1 x 128
+    /// group into the layer's scratch in the kernel's [`ActLayout`], enqueued on `gpu`'s
+    /// stream. Call [`BlockLayer::reserve`] for `m` first: then nothing is allocated.
+    pub fn quantize(
+        &mut self,
+        kernel: &'static str,
+        config: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        (m, x, out): (usize, DeviceMemory, DeviceMemory),
+    ) -> Result<BlockCall, KernelError> {
         let (rows, order) = self.layout.for_rows(m);
         // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU.
         let (codes, scales) = unsafe {
@@ -185,9 +222,8 @@ impl BlockLayer {
                 order,
             )
         }
-        .map_err(be(kernel))?;
+        .map_err(be_at(kernel, m))?;
         Ok(BlockCall {
-            m,
             rows,
             out: out.ptr,
             codes,

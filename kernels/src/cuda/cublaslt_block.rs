@@ -6,14 +6,17 @@
 //! fast index (`s[kb * M + m]`); weight scales `[ceil(N/128), ceil(K/128)]` row-major with the
 //! row length rounded up to a multiple of 4. K is padded with zeros to a multiple of 128.
 
+use std::sync::Arc;
+
 use fp8_linear_core::{
     fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
     TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cublaslt::ScaleMode;
+use fp8_linear_cuda::{CudaError, Gpu};
 
 use super::block::{block_128_checks, ActLayout, BlockLayer};
-use super::error::be;
+use super::error::{be, be_at};
 use super::layer::GpuLayer;
 use super::lt_gemm::{lt_layer_checks, LtGemm};
 use super::quant::ScaleOrder;
@@ -94,25 +97,21 @@ impl Fp8Kernel for CublasLtBlockFp8 {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let (c, gpu, st) = self.layer.processed(NAME)?;
+        let io = st.block.check(NAME, c, gpu, input, output)?;
+        let m = io.0;
+        // Everything the call needs, before anything is enqueued.
+        let padded = st.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
         // Rows m..mp of the padded activations are whatever the scratch holds: they only
         // reach output rows that are never copied out.
-        let call = st.block.begin(NAME, c, gpu, input, output)?;
-        let (m, mp) = (call.m, call.rows);
+        let call = st.block.quantize(NAME, c, gpu, io)?;
+        let mp = call.rows;
         let (w, ws) = (st.block.w.codes.ptr(), st.block.scales.ptr());
-        let target = if mp == m {
-            call.out
-        } else {
-            st.padded_out.get(gpu, mp * c.n).map_err(be(NAME))?.ptr()
-        };
-        let stream = gpu.raw_stream();
+        let target = padded.unwrap_or(call.out);
         // SAFETY: weight n*ldk bytes, scales in BLK128x128 layout, activations mp*ldk bytes,
         // activation scales kb*mp floats, output mp*n bf16 (the scratch when padded, else
         // the output, checked by check_io); all on this GPU.
-        unsafe {
-            st.gemm
-                .run(mp, w, ws, call.codes, call.scales, target, stream)
-        }
-        .map_err(be(NAME))?;
+        unsafe { st.gemm.run(mp, w, ws, call.codes, call.scales, target) }
+            .map_err(be_at(NAME, m))?;
         if mp != m {
             // SAFETY: the first m rows (m*n bf16, contiguous) of the scratch into the output,
             // which holds m*n elements (check_io); same stream.
@@ -120,6 +119,37 @@ impl Fp8Kernel for CublasLtBlockFp8 {
                 .map_err(|e| be(NAME)(e.within("copying the padded output")))?;
         }
         Ok(())
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        let (c, gpu, st) = self.layer.processed(NAME)?;
+        st.block.keep_retired();
+        st.padded_out.keep_retired();
+        st.gemm.pin_up_to(st.block.rows(max_m));
+        for m in 1..=max_m {
+            st.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
+        }
+        Ok(())
+    }
+}
+
+impl State {
+    /// Makes everything a call of `m` rows needs ready: the activation scratch, the GEMM
+    /// plan for M padded to [`M_MULTIPLE`], and the padded output when M is not a multiple
+    /// (whose address it returns).
+    fn reserve(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        m: usize,
+    ) -> Result<Option<u64>, CudaError> {
+        let (_, act_scales) = self.block.reserve(c, gpu, m)?;
+        let mp = self.block.rows(m);
+        self.gemm.plan(mp, self.block.scales.ptr(), act_scales)?;
+        if mp == m {
+            return Ok(None);
+        }
+        Ok(Some(self.padded_out.get(gpu, mp * c.n)?.ptr()))
     }
 }
 

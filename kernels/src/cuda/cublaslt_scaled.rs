@@ -12,10 +12,10 @@ use fp8_linear_core::{
     TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cublaslt::ScaleMode;
-use fp8_linear_cuda::{DeviceBuffer, Gpu};
+use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
 use super::device_io::device_io;
-use super::error::be;
+use super::error::{be, be_at};
 use super::layer::GpuLayer;
 use super::lt_gemm::{lt_layer_checks, LtGemm};
 use super::quant::ActQuant;
@@ -101,6 +101,34 @@ impl State {
         })
     }
 
+    /// Makes everything a call of `m` rows needs ready (codes, scales, the absmax scratch,
+    /// the GEMM plan); returns the addresses of the codes, the activation scales and the
+    /// absmax. Allocating or planning is refused while the stream is being captured.
+    fn reserve(&mut self, gpu: &Arc<Gpu>, m: usize) -> Result<(u64, u64, u64), CudaError> {
+        let q = self.q.get(gpu, m * self.w.ldk)?.ptr();
+        let a_s = self.a_scales.get(gpu, m)?.ptr();
+        let amax = self.amax.get(gpu, 1)?.ptr();
+        self.gemm.plan(m, self.ws.ptr(), a_s)?;
+        Ok((q, a_s, amax))
+    }
+
+    /// Keeps grown scratch alive and the plans of M up to `max_m` (`prepare`).
+    fn prepare(
+        &mut self,
+        kernel: &'static str,
+        gpu: &Arc<Gpu>,
+        max_m: usize,
+    ) -> Result<(), KernelError> {
+        self.q.keep_retired();
+        self.a_scales.keep_retired();
+        self.amax.keep_retired();
+        self.gemm.pin_up_to(max_m);
+        for m in 1..=max_m {
+            self.reserve(gpu, m).map_err(be_at(kernel, m))?;
+        }
+        Ok(())
+    }
+
     /// Quantizes the input per the layer's activation key and runs the GEMM.
     fn run(
         &mut self,
@@ -112,13 +140,23 @@ impl State {
     ) -> Result<(), KernelError> {
         let (m, x, out) = device_io(kernel, c, gpu, input, output)?;
         let (k, ldk) = (c.k, self.w.ldk);
-        let q = self.q.get(gpu, m * ldk).map_err(be(kernel))?.ptr();
-        let a_s = self.a_scales.get(gpu, m).map_err(be(kernel))?.ptr();
         let act = c.activation.expect("checked by can_implement");
-        let stream = gpu.raw_stream();
+        let fixed =
+            if act.dynamic {
+                None
+            } else {
+                Some(self.input_scale.as_ref().map(|b| b.ptr()).ok_or(
+                    KernelError::MissingParam {
+                        kernel,
+                        name: "input_scale",
+                    },
+                )?)
+            };
+        // Everything the call needs, before anything is enqueued.
+        let (q, a_s, amax) = self.reserve(gpu, m).map_err(be_at(kernel, m))?;
         let per_row = self.per_row;
         // SAFETY: x holds m*k elements, q m*ldk bytes, a_s m floats, scalars one f32 each;
-        // all on this GPU, ordered on the output's stream.
+        // all on this GPU, ordered on the layer's stream.
         unsafe {
             match act.group {
                 GroupShape::PerToken => {
@@ -127,17 +165,6 @@ impl State {
                         .per_token(x.ptr, c.input_dtype, m, k, q, ldk, a_s, ub)
                 }
                 _ => {
-                    let amax = self.amax.get(gpu, 1).map_err(be(kernel))?.ptr();
-                    let fixed = if act.dynamic {
-                        None
-                    } else {
-                        Some(self.input_scale.as_ref().map(|b| b.ptr()).ok_or(
-                            KernelError::MissingParam {
-                                kernel,
-                                name: "input_scale",
-                            },
-                        )?)
-                    };
                     let (rows, one) = if per_row {
                         (Some(a_s), None)
                     } else {
@@ -162,7 +189,7 @@ impl State {
         let w = self.w.codes.ptr();
         // SAFETY: weight n*ldk bytes with its scales, activations m*ldk bytes with theirs,
         // output m*n (check_io); all on this GPU.
-        unsafe { self.gemm.run(m, w, self.ws.ptr(), q, a_s, out.ptr, stream) }.map_err(be(kernel))
+        unsafe { self.gemm.run(m, w, self.ws.ptr(), q, a_s, out.ptr) }.map_err(be_at(kernel, m))
     }
 }
 
@@ -203,6 +230,11 @@ impl ScaledGemm {
     ) -> Result<(), KernelError> {
         let (c, gpu, st) = self.layer.processed(kernel)?;
         st.run(kernel, c, gpu, input, output)
+    }
+
+    fn prepare(&mut self, kernel: &'static str, max_m: usize) -> Result<(), KernelError> {
+        let (_, gpu, st) = self.layer.processed(kernel)?;
+        st.prepare(kernel, gpu, max_m)
     }
 }
 
@@ -246,6 +278,10 @@ impl Fp8Kernel for CublasLtFp8PerTensor {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         self.0.apply(Self::NAME, input, output)
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        self.0.prepare(Self::NAME, max_m)
     }
 }
 
@@ -297,5 +333,9 @@ impl Fp8Kernel for CublasLtFp8Rowwise {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         self.0.apply(Self::NAME, input, output)
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        self.0.prepare(Self::NAME, max_m)
     }
 }

@@ -19,7 +19,7 @@ use fp8_linear_cuda::Gpu;
 
 use super::block::{block_128_checks, row_major, ActLayout, BlockLayer};
 use super::dtype::float_index;
-use super::error::be;
+use super::error::{be, be_at};
 use super::launch::{elementwise, grid, launch, per_float};
 use super::layer::GpuLayer;
 use super::scratch::Scratch;
@@ -176,31 +176,10 @@ impl Fp8Kernel for HopperBlockFp8 {
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let max_splits = self.max_splits;
         let (c, gpu, st) = self.layer.processed(NAME)?;
-        let call = st.block.begin(NAME, c, gpu, input, output)?;
-        let (m, n, k) = (call.m, c.n, c.k);
-        let kb = k.div_ceil(128);
-        let ldk = st.block.w.ldk;
-        let (q, a_s, out) = (call.codes, call.scales, call.out);
-
-        let v = if m <= 64 {
-            &st.variants[0]
-        } else {
-            &st.variants[1]
-        };
-        let key = (q, m, v.bm);
-        let ta = match &st.ta {
-            Some((k0, map)) if *k0 == key => *map,
-            _ => {
-                let map = TensorMap::e4m3_2d(q, m, ldk, ldk, v.bm as u32, 128).map_err(be(NAME))?;
-                st.ta = Some((key, map));
-                map
-            }
-        };
-        let tiles = m.div_ceil(v.bm) * n.div_ceil(128);
-        let sms = gpu.device().sm_count.max(1) as usize;
-        let (splits, kbps) = plan_splits(tiles, kb, sms, m * n, max_splits);
-        let units = tiles * splits;
-        if units > i32::MAX as usize {
+        let io = st.block.check(NAME, c, gpu, input, output)?;
+        let m = io.0;
+        let p = st.plan(c, gpu, max_splits, m);
+        if p.units > i32::MAX as usize {
             // The kernel numbers its work units with 32-bit integers.
             return Err(KernelError::shape(
                 "input",
@@ -208,16 +187,26 @@ impl Fp8Kernel for HopperBlockFp8 {
                 format!("{:?}", input.shape),
             ));
         }
-        let oi = float_index("output", c.output_dtype)?;
-        let ws = if splits > 1 {
-            // Every split stores every valid element of its tiles: no clearing needed.
-            let len = (m * n).checked_mul(splits).ok_or_else(|| {
-                KernelError::backend(NAME, format!("split-K workspace of {splits} x {m} x {n}"))
-            })?;
-            st.ws.get(gpu, len).map_err(be(NAME))?.ptr()
-        } else {
-            0u64
+        // Everything the call needs, before anything is enqueued.
+        let ws = st.reserve(c, gpu, &p, m)?;
+        let call = st.block.quantize(NAME, c, gpu, io)?;
+        let (n, k) = (c.n, c.k);
+        let ldk = st.block.w.ldk;
+        let (q, a_s, out) = (call.codes, call.scales, call.out);
+        let v = &st.variants[p.variant];
+        let key = (q, m, v.bm);
+        let ta = match &st.ta {
+            Some((k0, map)) if *k0 == key => *map,
+            _ => {
+                // Host-only encoding (no driver work on the stream): fine during a capture,
+                // whose kernel node keeps the map by value.
+                let map = TensorMap::e4m3_2d(q, m, ldk, ldk, v.bm as u32, 128).map_err(be(NAME))?;
+                st.ta = Some((key, map));
+                map
+            }
         };
+        let (splits, kbps) = (p.splits, p.kb_per_split);
+        let oi = float_index("output", c.output_dtype)?;
         let bias = st.block.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
         let bsptr = st.block.scales.ptr();
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
@@ -234,7 +223,8 @@ impl Fp8Kernel for HopperBlockFp8 {
             .arg(&bias);
         b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
         let threads = 128 * (v.bm as u32 / 64 + 1);
-        let cfg = grid((units.min(sms) as u32, 1, 1), threads, v.smem);
+        let sms = gpu.device().sm_count.max(1) as usize;
+        let cfg = grid((p.units.min(sms) as u32, 1, 1), threads, v.smem);
         // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A
         // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds kb*m
         // floats, Bs ceil(n/128)*kb, out m*n elements, ws splits*m*n floats when split; the
@@ -259,6 +249,67 @@ impl Fp8Kernel for HopperBlockFp8 {
             unsafe { launch(f, elementwise(m * n), "hopper_finalize") }.map_err(be(NAME))?;
         }
         Ok(())
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        let max_splits = self.max_splits;
+        let (c, gpu, st) = self.layer.processed(NAME)?;
+        st.block.keep_retired();
+        st.ws.keep_retired();
+        for m in 1..=max_m {
+            let p = st.plan(c, gpu, max_splits, m);
+            st.reserve(c, gpu, &p, m)?;
+        }
+        Ok(())
+    }
+}
+
+/// The launch of a call: tile variant, K split and work units.
+struct Plan {
+    variant: usize,
+    splits: usize,
+    kb_per_split: usize,
+    units: usize,
+}
+
+impl State {
+    /// The launch for `m` rows: BM 64 up to 64 rows, else 128; the K split of
+    /// [`plan_splits`].
+    fn plan(&self, c: &LayerConfig, gpu: &Gpu, max_splits: usize, m: usize) -> Plan {
+        let variant = if m <= 64 { 0 } else { 1 };
+        let tiles = m.div_ceil(self.variants[variant].bm) * c.n.div_ceil(128);
+        let sms = gpu.device().sm_count.max(1) as usize;
+        let (splits, kb_per_split) =
+            plan_splits(tiles, c.k.div_ceil(128), sms, m * c.n, max_splits);
+        Plan {
+            variant,
+            splits,
+            kb_per_split,
+            units: tiles * splits,
+        }
+    }
+
+    /// Makes the scratch of a call of `m` rows ready (activation buffers, and the split-K
+    /// workspace when split); returns the workspace's address (0 without a split).
+    fn reserve(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        p: &Plan,
+        m: usize,
+    ) -> Result<u64, KernelError> {
+        self.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
+        if p.splits <= 1 {
+            return Ok(0);
+        }
+        // Every split stores every valid element of its tiles: no clearing needed.
+        let len = (m * c.n).checked_mul(p.splits).ok_or_else(|| {
+            KernelError::backend(
+                NAME,
+                format!("split-K workspace of {} x {m} x {}", p.splits, c.n),
+            )
+        })?;
+        Ok(self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr())
     }
 }
 

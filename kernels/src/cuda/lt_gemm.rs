@@ -1,7 +1,6 @@
 //! What the cuBLASLt kernels share: the layer checks of cuBLASLt's FP8 GEMM and
 //! [`LtGemm`], a layer's GEMM with its cuBLASLt handle and plans by M.
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -27,13 +26,19 @@ pub const fn lt_layer_checks(config: &LayerConfig) -> Result<(), Unsupported> {
 
 /// A layer's cuBLASLt FP8 GEMM `out[m, n] = act[m, ldk] @ weight[n, ldk]^T` with fixed
 /// scale modes (weight, activation): the GPU handle's cuBLASLt handle and a plan per M.
+///
+/// Plans are made on first use of an M ([`LtGemm::plan`]); making one is refused while the
+/// stream is being captured. Plans for M up to [`LtGemm::pin_up_to`] are never dropped;
+/// beyond that at most 64 others are kept.
 pub struct LtGemm {
     lt: Arc<Lt>,
+    gpu: Arc<Gpu>,
     n: usize,
     ldk: usize,
     out: DType,
     modes: (ScaleMode, ScaleMode),
     plans: HashMap<usize, Fp8GemmPlan>,
+    pinned: usize,
 }
 
 impl LtGemm {
@@ -46,19 +51,57 @@ impl LtGemm {
     ) -> Result<Self, CudaError> {
         Ok(LtGemm {
             lt: gpu.cublaslt()?,
+            gpu: gpu.clone(),
             n: config.n,
             ldk,
             out: config.output_dtype,
             modes,
             plans: HashMap::new(),
+            pinned: 0,
         })
     }
 
-    /// Runs the GEMM for `m` rows on `stream`, planning it on first use of this M.
+    /// Keeps the plans of every M up to `m` from now on (`prepare`).
+    pub fn pin_up_to(&mut self, m: usize) {
+        self.pinned = self.pinned.max(m);
+    }
+
+    /// Makes the plan for `m` rows (and the stream's cuBLASLt workspace) ready, unless it
+    /// is: host work that a stream being captured must not see, so then refused with
+    /// [`CudaError::Capturing`]. `weight_scales` and `act_scales` are the scale addresses
+    /// the calls will use (cuBLASLt's heuristic wants them for vector and block modes).
+    pub fn plan(&mut self, m: usize, weight_scales: u64, act_scales: u64) -> Result<(), CudaError> {
+        if self.plans.contains_key(&m) {
+            return Ok(());
+        }
+        self.gpu
+            .refuse_in_capture(|| format!("make a cuBLASLt plan for M = {m}"))?;
+        self.lt.reserve_workspace(self.gpu.raw_stream())?;
+        if self.plans.len() >= MAX_PLANS + self.pinned {
+            let pinned = self.pinned;
+            self.plans.retain(|&k, _| k <= pinned);
+        }
+        let shape = Fp8GemmShape {
+            m,
+            n: self.n,
+            k: self.ldk,
+            ld_weight: self.ldk,
+            ld_act: self.ldk,
+            out: self.out,
+            weight_scale: self.modes.0,
+            act_scale: self.modes.1,
+        };
+        let plan = Fp8GemmPlan::new(&self.lt, shape, weight_scales, act_scales)?;
+        self.plans.insert(m, plan);
+        Ok(())
+    }
+
+    /// Runs the GEMM for `m` rows on the layer's stream, planning it first if need be (see
+    /// [`LtGemm::plan`]).
     ///
     /// # Safety
     /// As for [`Fp8GemmPlan::run`]: every address must cover what the GEMM reads or writes
-    /// for `m` rows in the scale modes, on the GPU of the handle, ready on `stream`.
+    /// for `m` rows in the scale modes, on the GPU of the handle, ready on its stream.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn run(
         &mut self,
@@ -68,33 +111,11 @@ impl LtGemm {
         act: u64,
         act_scales: u64,
         out: u64,
-        stream: u64,
     ) -> Result<(), CudaError> {
-        if self.plans.len() >= MAX_PLANS && !self.plans.contains_key(&m) {
-            self.plans.clear();
-        }
-        let plan = match self.plans.entry(m) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => {
-                let shape = Fp8GemmShape {
-                    m,
-                    n: self.n,
-                    k: self.ldk,
-                    ld_weight: self.ldk,
-                    ld_act: self.ldk,
-                    out: self.out,
-                    weight_scale: self.modes.0,
-                    act_scale: self.modes.1,
-                };
-                v.insert(Fp8GemmPlan::new(
-                    &self.lt,
-                    shape,
-                    weight_scales,
-                    act_scales,
-                )?)
-            }
-        };
-        // SAFETY: the caller vouches for every address and the stream.
+        self.plan(m, weight_scales, act_scales)?;
+        let stream = self.gpu.raw_stream();
+        let plan = self.plans.get_mut(&m).expect("planned above");
+        // SAFETY: the caller vouches for every address; the stream is the layer's.
         unsafe { plan.run(weight, weight_scales, act, act_scales, out, stream) }
     }
 }

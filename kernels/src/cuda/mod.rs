@@ -20,6 +20,15 @@
 //! - `launch`: a module's functions per output dtype, grid shapes, launches with named errors.
 //! - `lt_gemm`: the cuBLASLt kernels' layer checks and their GEMM with its plans by M.
 //! - `scratch`, `dtype`, `error` (the one CUDA-error-to-kernel-error conversion).
+//!
+//! CUDA graphs: every `apply` first reserves everything the call needs (scratch through
+//! `Scratch::get`, cuBLASLt plans and workspace through `LtGemm::plan`), then enqueues; once
+//! the layer has run or been prepared (`Fp8Kernel::prepare`) at an M, a call at that M
+//! allocates nothing, makes no plan, never synchronizes and loads no module, so it can be
+//! captured. A reservation that would allocate or plan while the stream is being captured
+//! is refused (`CudaError::Capturing`, surfaced as `KernelError::NotPrepared`) before
+//! anything is enqueued. Device addresses are read once when buffers are made, so a call
+//! touches no cudarc event either.
 
 mod block;
 pub mod cublaslt_block;

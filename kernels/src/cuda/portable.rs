@@ -12,11 +12,11 @@ use fp8_linear_core::{
     Unsupported,
 };
 use fp8_linear_cuda::cudarc;
-use fp8_linear_cuda::Gpu;
+use fp8_linear_cuda::{CudaError, Gpu};
 
 use super::block::{block_128_checks, row_major, ActLayout, BlockLayer};
 use super::dtype::float_index;
-use super::error::be;
+use super::error::{be, be_at};
 use super::launch::{elementwise, grid, launch, per_float};
 use super::layer::GpuLayer;
 use super::scratch::Scratch;
@@ -120,50 +120,35 @@ impl Fp8Kernel for PortableBlockFp8 {
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let forced = self.forced;
         let (c, gpu, st) = self.layer.processed(NAME)?;
-        let call = st.block.begin(NAME, c, gpu, input, output)?;
-        let (m, n, k) = (call.m, c.n, c.k);
-        let kb = k.div_ceil(128);
-        let ldk = st.block.w.ldk;
-
-        let v = match (forced.0, m) {
-            (Some(1), _) | (None, 0..=32) => &st.variants[0],
-            (Some(2), _) | (None, 33..=64) => &st.variants[1],
-            _ => &st.variants[2],
-        };
-        let bm = 32 * v.mt as usize;
-        let (gn, gm) = (n.div_ceil(128), m.div_ceil(bm));
-        let tiles = gn * gm;
-        let sms = gpu.device().sm_count.max(1) as usize;
-        let mut splits = match forced.1 {
-            Some(s) => s.clamp(1, kb),
-            None if tiles >= sms => 1,
-            None => (2 * sms).div_ceil(tiles).min(kb),
-        };
-        let kb_per_split = kb.div_ceil(splits.max(1));
-        splits = kb.div_ceil(kb_per_split);
-        if gm > 65535 {
+        let io = st.block.check(NAME, c, gpu, input, output)?;
+        let m = io.0;
+        let p = st.plan(c, gpu, forced, m);
+        if p.gm > 65535 {
             return Err(KernelError::shape(
                 "input",
                 "[M <= 65535 * 128, K]",
                 format!("{:?}", input.shape),
             ));
         }
+        // Everything the call needs, before anything is enqueued.
+        let ws = st.reserve(c, gpu, &p, m).map_err(be_at(NAME, m))?;
+        let call = st.block.quantize(NAME, c, gpu, io)?;
+        let (n, k) = (c.n, c.k);
+        let ldk = st.block.w.ldk;
+        let v = &st.variants[p.variant];
+        let bm = 32 * v.mt as usize;
         let oi = float_index("output", c.output_dtype)?;
-        let ws = if splits > 1 {
-            let p = st.ws.get(gpu, m * n).map_err(be(NAME))?.ptr();
-            // SAFETY: p addresses at least m*n floats of this GPU; the layer's stream.
-            unsafe { gpu.memset_async(p, 0, m * n * 4) }
+        if p.splits > 1 {
+            // SAFETY: ws addresses at least m*n floats of this GPU; the layer's stream.
+            unsafe { gpu.memset_async(ws, 0, m * n * 4) }
                 .map_err(|e| be(NAME)(e.within("clearing the split-K workspace")))?;
-            p
-        } else {
-            0u64
-        };
+        }
         let bias = st.block.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
         let (wptr, bsptr) = (st.block.w.codes.ptr(), st.block.scales.ptr());
         let (q, a_s, out) = (call.codes, call.scales, call.out);
         let (mi, ni, ki, kpi) = (m as i32, n as i32, k as i32, ldk as i32);
         let ld = ldk as i32;
-        let kbs = kb_per_split as i32;
+        let kbs = p.kb_per_split as i32;
         let s = gpu.stream();
         let mut b = s.launch_builder(&v.gemm[oi]);
         b.arg(&q)
@@ -176,7 +161,7 @@ impl Fp8Kernel for PortableBlockFp8 {
             .arg(&ws)
             .arg(&bias);
         b.arg(&mi).arg(&ni).arg(&ki).arg(&kpi).arg(&kbs);
-        let cfg = grid((gn as u32, gm as u32, splits as u32), 256, v.smem);
+        let cfg = grid((p.gn as u32, p.gm as u32, p.splits as u32), 256, v.smem);
         // SAFETY: the stream belongs to this GPU (checked ordinal); every pointer addresses
         // memory of the sizes the kernel reads/writes (A m*ldk, As m*kb, B n*ldk, Bs
         // ceil(n/128)*kb, out m*n, ws m*n when split); masking keeps accesses in bounds.
@@ -188,12 +173,86 @@ impl Fp8Kernel for PortableBlockFp8 {
             )
         }
         .map_err(be(NAME))?;
-        if splits > 1 {
+        if p.splits > 1 {
             let mut f = s.launch_builder(&st.finalize[oi]);
             f.arg(&ws).arg(&out).arg(&bias).arg(&mi).arg(&ni);
             // SAFETY: ws holds the m*n partial sums, out m*n elements, bias n floats.
             unsafe { launch(f, elementwise(m * n), "splitk_finalize") }.map_err(be(NAME))?;
         }
         Ok(())
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        let forced = self.forced;
+        let (c, gpu, st) = self.layer.processed(NAME)?;
+        st.block.keep_retired();
+        st.ws.keep_retired();
+        for m in 1..=max_m {
+            let p = st.plan(c, gpu, forced, m);
+            st.reserve(c, gpu, &p, m).map_err(be_at(NAME, m))?;
+        }
+        Ok(())
+    }
+}
+
+/// The launch of a call: tile variant, grid and K split.
+struct Plan {
+    variant: usize,
+    gn: usize,
+    gm: usize,
+    splits: usize,
+    kb_per_split: usize,
+}
+
+impl State {
+    /// The launch for `m` rows: the tile height grows with M (or is forced), K is split
+    /// when the tiles do not fill the GPU.
+    fn plan(
+        &self,
+        c: &LayerConfig,
+        gpu: &Gpu,
+        forced: (Option<u32>, Option<usize>),
+        m: usize,
+    ) -> Plan {
+        let kb = c.k.div_ceil(128);
+        let variant = match (forced.0, m) {
+            (Some(1), _) | (None, 0..=32) => 0,
+            (Some(2), _) | (None, 33..=64) => 1,
+            _ => 2,
+        };
+        let bm = 32 * self.variants[variant].mt as usize;
+        let (gn, gm) = (c.n.div_ceil(128), m.div_ceil(bm));
+        let tiles = gn * gm;
+        let sms = gpu.device().sm_count.max(1) as usize;
+        let splits = match forced.1 {
+            Some(s) => s.clamp(1, kb),
+            None if tiles >= sms => 1,
+            None => (2 * sms).div_ceil(tiles).min(kb),
+        };
+        let kb_per_split = kb.div_ceil(splits.max(1));
+        Plan {
+            variant,
+            gn,
+            gm,
+            splits: kb.div_ceil(kb_per_split),
+            kb_per_split,
+        }
+    }
+
+    /// Makes the scratch of a call of `m` rows ready (activation buffers, and the split-K
+    /// workspace when split); returns the workspace's address (0 without a split).
+    fn reserve(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        p: &Plan,
+        m: usize,
+    ) -> Result<u64, CudaError> {
+        self.block.reserve(c, gpu, m)?;
+        if p.splits > 1 {
+            Ok(self.ws.get(gpu, m * c.n)?.ptr())
+        } else {
+            Ok(0)
+        }
     }
 }

@@ -276,6 +276,28 @@ pub struct GroupQuantBuffers {
 }
 
 impl GroupQuantBuffers {
+    /// Makes the buffers hold `rows` rows of codes with row stride `ldk` and their
+    /// `ceil(k / 128)` group scales; returns the codes' and the scales' addresses. Allocates
+    /// only when they are too small (refused while `gpu`'s stream is being captured).
+    pub fn reserve(
+        &mut self,
+        gpu: &Arc<Gpu>,
+        rows: usize,
+        k: usize,
+        ldk: usize,
+    ) -> Result<(u64, u64), CudaError> {
+        let q = self.codes.get(gpu, rows * ldk)?.ptr();
+        let s = self.scales.get(gpu, rows * k.div_ceil(128))?.ptr();
+        Ok((q, s))
+    }
+
+    /// From now on keeps grown buffers alive until dropped (graphs captured with their
+    /// addresses stay valid); `prepare` sets it.
+    pub fn keep_retired(&mut self) {
+        self.codes.keep_retired();
+        self.scales.keep_retired();
+    }
+
     /// Quantizes `m` rows of the input `x` (`[m, k]` of `dtype`) per 1 x 128 group into
     /// buffers sized for `rows >= m` rows (rows past `m` are left as they are): codes with row
     /// stride `ldk >= k`, scales in `order`. Returns the codes' and the scales' addresses.
@@ -298,8 +320,7 @@ impl GroupQuantBuffers {
                 "quantization buffers for {rows} rows cannot hold {m}"
             )));
         }
-        let q = self.codes.get(gpu, rows * ldk)?.ptr();
-        let s = self.scales.get(gpu, rows * k.div_ceil(128))?.ptr();
+        let (q, s) = self.reserve(gpu, rows, k, ldk)?;
         // SAFETY: the caller vouches for x and the stream; q holds rows * ldk >= m * ldk
         // bytes and s rows * ceil(k / 128) floats on the same GPU (group128 checks ldk >= k).
         unsafe { quant.group128(x, dtype, m, k, q, ldk, s, order)? };

@@ -5,7 +5,6 @@
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Token};
 
 use crate::kw;
@@ -86,16 +85,6 @@ pub enum RawKey {
     Unknown(Ident),
 }
 
-impl RawKey {
-    /// Where the key was written.
-    pub fn span(&self) -> Span {
-        match self {
-            RawKey::Known(_, s) => *s,
-            RawKey::Unknown(id) => id.span(),
-        }
-    }
-}
-
 /// One `key = value` argument.
 pub struct RawArg {
     /// The key.
@@ -105,25 +94,58 @@ pub struct RawArg {
     pub value: Expr,
 }
 
+/// The next token as written (for "found ..." messages) and its span (nothing, at the call
+/// site, at the end of the input).
+fn next_token(input: ParseStream) -> (String, Span) {
+    input
+        .cursor()
+        .token_tree()
+        .map(|(tt, _)| (tt.to_string(), tt.span()))
+        .unwrap_or_else(|| (String::new(), Span::call_site()))
+}
+
 impl Parse for RawArg {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let key = match peek_key(input)? {
             Some((k, span)) => RawKey::Known(k, span),
-            None => RawKey::Unknown(Ident::parse_any(input)?),
+            // An unknown key: reported by `attr` with every other error.
+            None if input.peek(Ident::peek_any) && input.peek2(Token![=]) => {
+                RawKey::Unknown(Ident::parse_any(input)?)
+            }
+            None => {
+                let (found, span) = next_token(input);
+                return Err(syn::Error::new(
+                    span,
+                    format!(
+                        "expected a `key = value` argument, found `{found}`; the keys are: {}",
+                        Key::expected()
+                    ),
+                ));
+            }
         };
         if !input.peek(Token![=]) {
+            let RawKey::Known(k, span) = key else {
+                unreachable!("an unknown key is taken only before `=`")
+            };
+            return Err(syn::Error::new(
+                span,
+                format!(
+                    "expected `{} = ...`: every fp8_kernel argument is a `key = value` pair",
+                    k.name()
+                ),
+            ));
+        }
+        let eq = input.parse::<Token![=]>()?;
+        if input.is_empty() || input.peek(Token![,]) {
             let written = match &key {
                 RawKey::Known(k, _) => k.name().to_string(),
                 RawKey::Unknown(id) => id.to_string(),
             };
             return Err(syn::Error::new(
-                key.span(),
-                format!(
-                    "expected `{written} = ...`: every fp8_kernel argument is a `key = value` pair"
-                ),
+                eq.span,
+                format!("expected a value after `{written} =`"),
             ));
         }
-        input.parse::<Token![=]>()?;
         let value = input.parse()?;
         Ok(RawArg { key, value })
     }
@@ -138,10 +160,22 @@ pub struct RawArgs {
 impl Parse for RawArgs {
     /// A comma-separated list (trailing comma allowed).
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let list = Punctuated::<RawArg, Token![,]>::parse_terminated(input)?;
-        Ok(RawArgs {
-            args: list.into_iter().collect(),
-        })
+        let mut args = Vec::new();
+        while !input.is_empty() {
+            args.push(input.parse::<RawArg>()?);
+            if input.is_empty() {
+                break;
+            }
+            if !input.peek(Token![,]) {
+                let (found, span) = next_token(input);
+                return Err(syn::Error::new(
+                    span,
+                    format!("expected `,` between fp8_kernel arguments, found `{found}`"),
+                ));
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(RawArgs { args })
     }
 }
 
@@ -209,6 +243,27 @@ mod tests {
             err.to_string(),
             "expected `priority = ...`: every fp8_kernel argument is a `key = value` pair"
         );
+    }
+
+    #[test]
+    fn arguments_that_are_not_key_value_pairs() {
+        let msg = |t| parse(t).err().unwrap().to_string();
+        assert_eq!(
+            msg(quote!(Cpu, priority = 1)),
+            "expected a `key = value` argument, found `Cpu`; the keys are: platform, priority, \
+             arch, params, numerics, backend, force_arch, crate"
+        );
+        assert!(msg(quote!(platform = Cpu, 1))
+            .starts_with("expected a `key = value` argument, found `1`"));
+        assert_eq!(
+            msg(quote!(platform = Cpu priority = 1)),
+            "expected `,` between fp8_kernel arguments, found `priority`"
+        );
+        assert_eq!(
+            msg(quote!(platform = , priority = 1)),
+            "expected a value after `platform =`"
+        );
+        assert_eq!(msg(quote!(colour =)), "expected a value after `colour =`");
     }
 
     #[test]

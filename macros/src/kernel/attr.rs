@@ -3,12 +3,13 @@
 //! keys, duplicates, Cuda needs `arch`) are in [`super::valid`].
 
 use proc_macro2::Span;
+use syn::ext::IdentExt;
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, ExprPath, ExprRange, Ident, Lit, RangeLimits};
 
 use super::ast::{Key, RawArg, RawArgs, RawKey};
 use crate::errors::Errors;
-use crate::vocab::{Numerics, Platform};
+use crate::vocab::{did_you_mean, hint, Numerics, Platform};
 
 /// A compute capability as (major, minor).
 pub type Cap = (u8, u8);
@@ -24,6 +25,50 @@ pub enum Arch {
     AtLeast(Cap),
     /// `sm75..sm89` (upper bound excluded)
     Range(Cap, Cap),
+}
+
+impl Arch {
+    /// The capabilities as a half-open interval `[lo, hi)` of (major, minor) pairs (`hi`
+    /// None: no upper bound). The `a` of an `sm90a` target is a feature set, not a wider or
+    /// narrower set of devices.
+    fn interval(self) -> (Cap, Option<Cap>) {
+        match self {
+            Arch::Any => ((0, 0), None),
+            Arch::Exact((major, minor), _) => ((major, minor), Some((major, minor + 1))),
+            Arch::AtLeast(lo) => (lo, None),
+            Arch::Range(lo, hi) => (lo, Some(hi)),
+        }
+    }
+
+    /// Whether every capability `inner` runs on is one `self` runs on.
+    pub fn contains(self, inner: Arch) -> bool {
+        let ((olo, ohi), (ilo, ihi)) = (self.interval(), inner.interval());
+        olo <= ilo
+            && match (ohi, ihi) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(o), Some(i)) => i <= o,
+            }
+    }
+}
+
+/// `smXY` as users write it.
+fn sm_name((major, minor): Cap) -> String {
+    format!("sm{major}{minor}")
+}
+
+impl std::fmt::Display for Arch {
+    /// As written in the attribute: `any`, `sm90a`, `sm89..`, `sm75..sm89`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Arch::Any => f.write_str("any"),
+            Arch::Exact(c, specific) => {
+                write!(f, "{}{}", sm_name(c), if specific { "a" } else { "" })
+            }
+            Arch::AtLeast(c) => write!(f, "{}..", sm_name(c)),
+            Arch::Range(lo, hi) => write!(f, "{}..{}", sm_name(lo), sm_name(hi)),
+        }
+    }
 }
 
 /// The typed value of one argument.
@@ -57,6 +102,9 @@ pub struct Attr {
     /// The value; None when it was invalid (its error is already recorded), so that the
     /// cross-field rules do not report the key as missing too.
     pub value: Option<Value>,
+    /// The key was not written but guessed: an unknown key (already reported) close to
+    /// this one, so that it is not reported as missing too.
+    pub guessed: bool,
 }
 
 /// Interprets every argument, recording each invalid value and each unknown key in `errs`.
@@ -79,14 +127,24 @@ fn interpret_one(arg: &RawArg, errs: &mut Errors) -> Option<Attr> {
     let (key, key_span) = match &arg.key {
         RawKey::Known(k, span) => (*k, *span),
         RawKey::Unknown(id) => {
+            let written = id.to_string();
             errs.spanned(
                 id,
                 format!(
-                    "unsupported fp8_kernel argument `{id}`; expected one of: {}",
+                    "unsupported fp8_kernel argument `{written}`{}; expected one of: {}",
+                    hint(&written, Key::ALL.iter().map(|k| k.name())),
                     Key::expected()
                 ),
             );
-            return None;
+            let guess = did_you_mean(&written, Key::ALL.iter().map(|k| k.name()))?;
+            let key = Key::ALL.iter().copied().find(|k| k.name() == guess)?;
+            return Some(Attr {
+                key,
+                key_span: id.span(),
+                span: id.span(),
+                value: None,
+                guessed: true,
+            });
         }
     };
     let v = peel(&arg.value);
@@ -104,6 +162,7 @@ fn interpret_one(arg: &RawArg, errs: &mut Errors) -> Option<Attr> {
         key_span,
         span: v.span(),
         value,
+        guessed: false,
     })
 }
 
@@ -155,13 +214,7 @@ fn platform(v: &Expr, errs: &mut Errors) -> Option<Platform> {
         Some(id) => {
             let p = Platform::from_ident(id);
             if p.is_none() {
-                errs.spanned(
-                    id,
-                    format!(
-                        "unknown platform `{id}`; expected one of: {}",
-                        Platform::expected()
-                    ),
-                );
+                errs.spanned(id, Platform::unknown(id));
             }
             p
         }
@@ -235,6 +288,41 @@ fn sm(id: &Ident, errs: &mut Errors) -> Option<(Cap, bool)> {
     parsed
 }
 
+/// The error for an `a` target (`sm90a`) used as a range bound.
+fn a_target_bound(key: Key, id: &Ident, errs: &mut Errors) {
+    let written = id.to_string();
+    let plain = written.trim_end_matches('a');
+    errs.spanned(
+        id,
+        format!(
+            "`{written}` is an `a` target, for exactly one capability: it cannot bound a range \
+             (write `{plain}` in a range, or `{k} = {written}` alone)",
+            k = key.name()
+        ),
+    );
+}
+
+/// A range bound: a plain capability (`sm80`).
+fn range_bound(key: Key, bound: &Expr, errs: &mut Errors) -> Option<Cap> {
+    let Some(id) = path_ident(bound) else {
+        errs.spanned(
+            bound,
+            format!(
+                "`{}` range bounds are compute capabilities such as `sm80`, found {}",
+                key.name(),
+                describe(bound)
+            ),
+        );
+        return None;
+    };
+    let (cap, specific) = sm(id, errs)?;
+    if specific {
+        a_target_bound(key, id, errs);
+        return None;
+    }
+    Some(cap)
+}
+
 fn arch(key: Key, v: &Expr, errs: &mut Errors) -> Option<Arch> {
     const SHAPES: &str =
         "`any`, `sm90a` (exactly), `sm89..` (or newer) or `sm75..sm89` (up to before)";
@@ -258,7 +346,10 @@ fn arch(key: Key, v: &Expr, errs: &mut Errors) -> Option<Arch> {
             start, limits, end, ..
         }) => {
             if let RangeLimits::Closed(t) = limits {
-                errs.spanned(t, "use `lo..hi` (hi excluded), not `..=`");
+                errs.spanned(
+                    t,
+                    format!("`{k}` ranges exclude their upper bound: write `lo..hi`, not `..=`"),
+                );
                 return None;
             }
             let Some(start) = start.as_deref().map(peel) else {
@@ -268,30 +359,13 @@ fn arch(key: Key, v: &Expr, errs: &mut Errors) -> Option<Arch> {
                 );
                 return None;
             };
-            let Some(lo_id) = path_ident(start) else {
-                errs.spanned(start, format!("expected {SHAPES}"));
-                return None;
-            };
-            let (lo, lo_specific) = sm(lo_id, errs)?;
-            if lo_specific {
-                errs.spanned(
-                    start,
-                    "an `a` target (sm90a) runs on one capability only; it cannot start a range",
-                );
-                return None;
-            }
-            let Some(end) = end.as_deref().map(peel) else {
+            let lo = range_bound(key, start, errs);
+            let hi = end.as_deref().map(|e| range_bound(key, peel(e), errs));
+            let lo = lo?;
+            let Some(hi) = hi else {
                 return Some(Arch::AtLeast(lo));
             };
-            let Some(hi_id) = path_ident(end) else {
-                errs.spanned(end, format!("expected {SHAPES}"));
-                return None;
-            };
-            let (hi, hi_specific) = sm(hi_id, errs)?;
-            if hi_specific {
-                errs.spanned(hi_id, "a range bound cannot be an `a` target");
-                return None;
-            }
+            let hi = hi?;
             if hi <= lo {
                 errs.spanned(
                     v,
@@ -315,7 +389,14 @@ fn numerics(v: &Expr, errs: &mut Errors) -> Option<Numerics> {
         Some(id) => {
             let n = Numerics::from_ident(id);
             if n.is_none() {
-                errs.spanned(id, format!("unknown numerics `{id}`; expected {CHOICES}"));
+                let written = id.to_string();
+                errs.spanned(
+                    id,
+                    format!(
+                        "unknown numerics `{written}`{}; expected {CHOICES}",
+                        hint(&written, Numerics::ALL.iter().map(|n| n.name()))
+                    ),
+                );
             }
             n
         }
@@ -374,22 +455,36 @@ fn params(v: &Expr, errs: &mut Errors) -> Option<Vec<Ident>> {
 }
 
 fn backend(v: &Expr, errs: &mut Errors) -> Option<String> {
-    if let Expr::Lit(ExprLit {
-        lit: Lit::Str(s), ..
-    }) = v
-    {
-        return Some(s.value());
+    let name = match v {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => s.value(),
+        _ => match path_ident(v) {
+            Some(id) => id.unraw().to_string(),
+            None => {
+                errs.spanned(
+                    v,
+                    format!(
+                        "`backend` expects a name such as `marlin` or \"cublaslt\", found {}",
+                        describe(v)
+                    ),
+                );
+                return None;
+            }
+        },
+    };
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+    if name.is_empty() || !name.bytes().all(word) {
+        errs.spanned(
+            v,
+            format!(
+                "invalid backend name {name:?}: the `--backend` / `FP8_LINEAR_BACKEND` filter \
+                 matches it as one word, so it must be ASCII letters, digits, `_` or `-`"
+            ),
+        );
+        return None;
     }
-    match path_ident(v) {
-        Some(id) => Some(id.to_string()),
-        None => {
-            errs.spanned(
-                v,
-                format!("`backend` expects a name, found {}", describe(v)),
-            );
-            None
-        }
-    }
+    Some(name)
 }
 
 fn krate_value(v: &Expr, errs: &mut Errors) -> Option<syn::Path> {
@@ -427,7 +522,8 @@ mod tests {
             Ok(()) => Vec::new(),
             Err(e) => e.into_iter().map(|e| e.to_string()).collect(),
         };
-        (attrs.into_iter().map(|a| (a.key, a.value)).collect(), msgs)
+        let attrs = attrs.into_iter().filter(|a| !a.guessed);
+        (attrs.map(|a| (a.key, a.value)).collect(), msgs)
     }
 
     fn one(tokens: proc_macro2::TokenStream) -> Result<Value, String> {
@@ -449,6 +545,48 @@ mod tests {
         ] {
             assert_eq!(parse_sm(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn misspelled_keys_get_a_suggestion() {
+        let (_, msgs) = run(quote!(priorty = 1));
+        assert_eq!(
+            msgs,
+            ["unsupported fp8_kernel argument `priorty` (did you mean `priority`?); expected one \
+              of: platform, priority, arch, params, numerics, backend, force_arch, crate"]
+        );
+        let (_, msgs) = run(quote!(numerics = w8a16));
+        assert!(msgs[0].starts_with("unknown numerics `w8a16` (did you mean `W8A16`?);"));
+    }
+
+    #[test]
+    fn arch_containment() {
+        let a = |t| match one(t) {
+            Ok(Value::Arch(a)) => a,
+            other => panic!("{other:?}"),
+        };
+        let (any, sm80_on, sm80_89) = (
+            a(quote!(arch = any)),
+            a(quote!(arch = sm80..)),
+            a(quote!(arch = sm80..sm89)),
+        );
+        let (sm86, sm90a, sm89_on) = (
+            a(quote!(arch = sm86)),
+            a(quote!(arch = sm90a)),
+            a(quote!(arch = sm89..)),
+        );
+        assert!(any.contains(sm80_on) && !sm80_on.contains(any));
+        assert!(sm80_on.contains(sm80_89) && !sm80_89.contains(sm80_on));
+        assert!(sm80_89.contains(sm86) && !sm86.contains(sm80_89));
+        assert!(sm80_on.contains(sm90a) && !sm80_89.contains(sm90a));
+        assert!(!sm80_89.contains(sm89_on) && !sm89_on.contains(sm80_89));
+        assert!(a(quote!(arch = sm90)).contains(sm90a) && sm90a.contains(a(quote!(arch = sm90))));
+        assert!(sm80_89.contains(sm80_89));
+        let shown: Vec<String> = [any, sm90a, sm80_on, sm80_89]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(shown, ["any", "sm90a", "sm80..", "sm80..sm89"]);
     }
 
     #[test]
@@ -488,15 +626,28 @@ mod tests {
         );
         assert_eq!(
             one(quote!(arch = sm80..=sm90)).unwrap_err(),
-            "use `lo..hi` (hi excluded), not `..=`"
+            "`arch` ranges exclude their upper bound: write `lo..hi`, not `..=`"
         );
-        assert!(one(quote!(arch = sm90a..))
-            .unwrap_err()
-            .contains("cannot start a range"));
         assert_eq!(
-            one(quote!(arch = sm80..sm90a)).unwrap_err(),
-            "a range bound cannot be an `a` target"
+            one(quote!(arch = sm90a..)).unwrap_err(),
+            "`sm90a` is an `a` target, for exactly one capability: it cannot bound a range \
+             (write `sm90` in a range, or `arch = sm90a` alone)"
         );
+        assert_eq!(
+            one(quote!(force_arch = sm80..sm100a)).unwrap_err(),
+            "`sm100a` is an `a` target, for exactly one capability: it cannot bound a range \
+             (write `sm100` in a range, or `force_arch = sm100a` alone)"
+        );
+        assert_eq!(
+            one(quote!(arch = 80..)).unwrap_err(),
+            "`arch` range bounds are compute capabilities such as `sm80`, found an integer"
+        );
+        assert_eq!(
+            one(quote!(arch = sm80.."sm90")).unwrap_err(),
+            "`arch` range bounds are compute capabilities such as `sm80`, found a string"
+        );
+        // Both bounds are checked.
+        assert_eq!(run(quote!(arch = sm8..sm9)).1.len(), 2);
         assert!(one(quote!(arch = ..sm90))
             .unwrap_err()
             .starts_with("`arch` range needs a lower bound"));
@@ -595,6 +746,20 @@ mod tests {
         assert!(one(quote!(crate = 3))
             .unwrap_err()
             .starts_with("`crate` expects a path"));
+        assert_eq!(
+            one(quote!(backend = r#type)),
+            Ok(Value::Backend("type".into()))
+        );
+        assert_eq!(
+            one(quote!(backend = "cu-blas_2")),
+            Ok(Value::Backend("cu-blas_2".into()))
+        );
+        for bad in [quote!(backend = ""), quote!(backend = "cu blas")] {
+            assert!(one(bad).unwrap_err().starts_with("invalid backend name \""));
+        }
+        assert!(one(quote!(backend = 3))
+            .unwrap_err()
+            .ends_with("found an integer"));
     }
 
     #[test]
@@ -606,7 +771,7 @@ mod tests {
             colour = red
         ));
         assert_eq!(msgs.len(), 3, "{msgs:?}");
-        assert!(msgs[2].starts_with("unsupported fp8_kernel argument `colour`"));
+        assert!(msgs[2].starts_with("unsupported fp8_kernel argument `colour`; expected"));
         // The invalid values keep their keys (so valid does not call them missing); the
         // unknown key is dropped.
         let keys: Vec<Key> = vals.iter().map(|(k, _)| *k).collect();

@@ -51,6 +51,7 @@ pub fn name_items(p: &TokenStream, name: &Ident, generics: &syn::Generics) -> To
         }
 
         #[automatically_derived]
+        #[diagnostic::do_not_recommend]
         impl #ig #p::KernelName for #name #tg #wc {
             fn name(&self) -> &'static str {
                 #name_str
@@ -113,7 +114,10 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
 
         #names
 
+        // Not offered as a candidate when a table lists a type that is not registered (the
+        // compiler would list every registered kernel in scope).
         #[automatically_derived]
+        #[diagnostic::do_not_recommend]
         impl #p::Registered for #name {
             const ENTRY: #p::KernelEntry = #p::KernelEntry {
                 name: #name_str,

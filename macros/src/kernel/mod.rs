@@ -17,8 +17,8 @@ use crate::errors::Errors;
 pub fn expand_attribute(args: TokenStream, item: TokenStream) -> TokenStream {
     let parsed_item: syn::Item = match syn::parse2(item.clone()) {
         Ok(i) => i,
-        Err(e) => {
-            let err = e.to_compile_error();
+        Err(_) => {
+            let err = syn::Error::new_spanned(&item, valid::NOT_A_TYPE).to_compile_error();
             return quote!(#item #err);
         }
     };

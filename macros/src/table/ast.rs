@@ -7,11 +7,40 @@
 //! constant of that name, so uses of the table do not add "cannot find value" errors.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::parse::{Parse, ParseStream, Parser};
-use syn::punctuated::Punctuated;
 use syn::{bracketed, Attribute, Ident, LitInt, Token, Type, Visibility};
 
 use crate::errors::Errors;
+use crate::vocab::{Family, Platform};
+
+/// The shape of a declaration, for parse errors.
+const SHAPE: &str = "`pub NAME: Platform, Family = [Kernel, Kernel => priority, ...];`";
+
+/// The next token as written (for "found ..." messages) and its span (nothing, at the call
+/// site, at the end of the input).
+fn next_token(input: ParseStream) -> (String, Span) {
+    input
+        .cursor()
+        .token_tree()
+        .map(|(tt, _)| (tt.to_string(), tt.span()))
+        .unwrap_or_else(|| (String::new(), Span::call_site()))
+}
+
+/// An error at the next token (at `prev`, the last token read, when there is none):
+/// `expected` (what should come there), what was found, and the shape of a declaration.
+fn expected(input: ParseStream, expected: &str, prev: Span) -> syn::Error {
+    let (found, span) = next_token(input);
+    let (found, span) = if found.is_empty() {
+        ("nothing after it".to_string(), prev)
+    } else {
+        (format!("`{found}`"), span)
+    };
+    syn::Error::new(
+        span,
+        format!("expected {expected}, found {found}; a table is declared as {SHAPE}"),
+    )
+}
 
 /// One kernel in a table: a type and an optional priority override.
 pub struct RawItem {
@@ -23,9 +52,24 @@ pub struct RawItem {
 
 impl Parse for RawItem {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let ty = input.parse()?;
+        let (found, span) = next_token(input);
+        let ty = input.parse::<Type>().map_err(|_| {
+            syn::Error::new(
+                span,
+                format!("expected a kernel type (a type with #[fp8_kernel]), found `{found}`"),
+            )
+        })?;
         let priority = if input.peek(Token![=>]) {
             input.parse::<Token![=>]>()?;
+            if !input.peek(LitInt) {
+                let (found, span) = next_token(input);
+                return Err(syn::Error::new(
+                    span,
+                    format!(
+                        "expected a priority after `=>`, an integer (1 is tried first), found `{found}`"
+                    ),
+                ));
+            }
             Some(input.parse()?)
         } else {
             None
@@ -56,24 +100,78 @@ impl Parse for RawTable {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let attrs = input.call(Attribute::parse_outer)?;
         let vis = input.parse()?;
-        let name = input.parse()?;
-        input.parse::<Token![:]>()?;
-        let platform = input.parse()?;
-        input.parse::<Token![,]>()?;
-        let family = input.parse()?;
-        input.parse::<Token![=]>()?;
+        let start = input.span();
+        let name: Ident = input
+            .parse()
+            .map_err(|_| expected(input, "the table's name", start))?;
+        if !input.peek(Token![:]) {
+            return Err(expected(input, &format!("`:` after `{name}`"), name.span()));
+        }
+        let colon = input.parse::<Token![:]>()?;
+        let platform: Ident = input.parse().map_err(|_| {
+            let what = format!("the platform ({})", Platform::expected());
+            expected(input, &what, colon.span)
+        })?;
+        if !input.peek(Token![,]) {
+            let what = format!("`,` and the family after the platform `{platform}`");
+            return Err(expected(input, &what, platform.span()));
+        }
+        let comma = input.parse::<Token![,]>()?;
+        let family: Ident = input.parse().map_err(|_| {
+            let what = format!("the family ({})", Family::expected());
+            expected(input, &what, comma.span)
+        })?;
+        if !input.peek(Token![=]) {
+            let what = format!("`=` and the kernel list after the family `{family}`");
+            return Err(expected(input, &what, family.span()));
+        }
+        let mut prev = input.parse::<Token![=]>()?.span;
         let base = if input.peek(syn::token::Bracket) {
             None
         } else {
-            let p = input.parse()?;
-            input.parse::<Token![+]>()?;
+            let p: syn::Path = input.parse().map_err(|_| {
+                let what = "the kernel list `[...]`, or a table to extend (`path::TABLE + [...]`)";
+                expected(input, what, prev)
+            })?;
+            if !input.peek(Token![+]) {
+                let written = p.to_token_stream().to_string().replace(' ', "");
+                let what = format!(
+                    "`+ [...]` after the table `{written}`: a table that extends another lists \
+                     its own kernels (`+ []` for none)"
+                );
+                let last = p.segments.last().map_or(prev, |s| s.ident.span());
+                return Err(expected(input, &what, last));
+            }
+            prev = input.parse::<Token![+]>()?.span;
             Some(p)
         };
+        if !input.peek(syn::token::Bracket) {
+            return Err(expected(input, "the kernel list `[...]`", prev));
+        }
         let content;
         bracketed!(content in input);
-        let items = Punctuated::<RawItem, Token![,]>::parse_terminated(&content)?
-            .into_iter()
-            .collect();
+        let mut items = Vec::new();
+        while !content.is_empty() {
+            items.push(content.parse::<RawItem>()?);
+            if content.is_empty() {
+                break;
+            }
+            if !content.peek(Token![,]) {
+                let (found, span) = next_token(&content);
+                return Err(syn::Error::new(
+                    span,
+                    format!("expected `,` between the kernels of `{name}`, found `{found}`"),
+                ));
+            }
+            content.parse::<Token![,]>()?;
+        }
+        if !input.is_empty() {
+            let (found, span) = next_token(input);
+            return Err(syn::Error::new(
+                span,
+                format!("expected `;` after the declaration of `{name}`, found `{found}`"),
+            ));
+        }
         Ok(RawTable {
             attrs,
             vis,
@@ -170,7 +268,11 @@ fn split(input: TokenStream) -> Vec<(TokenStream, Option<Span>)> {
 fn krate(input: ParseStream) -> syn::Result<syn::Path> {
     input.parse::<Token![crate]>()?;
     input.parse::<Token![=]>()?;
-    input.parse()
+    let path = input.parse()?;
+    if !input.is_empty() {
+        return Err(input.error("unexpected tokens after the path"));
+    }
+    Ok(path)
 }
 
 fn starts_with_crate(chunk: &TokenStream) -> bool {
@@ -184,10 +286,25 @@ pub fn parse(input: TokenStream, errs: &mut Errors) -> RawTables {
         decls: Vec::new(),
     };
     for (i, (chunk, semi)) in split(input).into_iter().enumerate() {
-        if i == 0 && starts_with_crate(&chunk) {
-            match krate.parse2(chunk) {
-                Ok(p) => raw.krate = Some(p),
-                Err(e) => errs.push(e),
+        if chunk.is_empty() {
+            // A stray `;`.
+            continue;
+        }
+        if starts_with_crate(&chunk) {
+            if i == 0 {
+                match krate.parse2(chunk.clone()) {
+                    Ok(p) => raw.krate = Some(p),
+                    Err(_) => errs.spanned(
+                        &chunk,
+                        "expected `crate = path;`, the crate that re-exports fp8-linear's \
+                         `__private` (e.g. `crate = fp8_linear_core;`)",
+                    ),
+                }
+            } else {
+                errs.spanned(
+                    &chunk,
+                    "`crate = path;` comes first in fp8_table!, before every declaration",
+                );
             }
             continue;
         }
@@ -200,7 +317,10 @@ pub fn parse(input: TokenStream, errs: &mut Errors) -> RawTables {
         match syn::parse2::<RawTable>(chunk.clone()) {
             Ok(t) => {
                 if semi.is_none() {
-                    errs.at(last_span, "expected `;` after the table declaration");
+                    errs.at(
+                        last_span,
+                        format!("expected `;` after the declaration of `{}`", t.name),
+                    );
                     raw.decls.push(Decl::Broken(Header {
                         attrs: t.attrs,
                         vis: t.vis,
@@ -294,8 +414,63 @@ mod tests {
     #[test]
     fn a_missing_semicolon_is_an_error_but_keeps_the_name() {
         let (raw, msgs) = run(quote!(pub A: Cpu, BlockScaled = [X]));
-        assert_eq!(msgs, ["expected `;` after the table declaration"]);
+        assert_eq!(msgs, ["expected `;` after the declaration of `A`"]);
         assert_eq!(names(&raw), ["broken A"]);
+    }
+
+    #[test]
+    fn parse_errors_say_what_was_expected() {
+        let msg = |t: TokenStream| {
+            let (_, msgs) = run(t);
+            assert_eq!(msgs.len(), 1, "{msgs:?}");
+            msgs[0].clone()
+        };
+        let tail = "; a table is declared as `pub NAME: Platform, Family = [Kernel, Kernel => priority, ...];`";
+        assert_eq!(
+            msg(quote!(pub A Cpu, Scaled = [X];)),
+            format!("expected `:` after `A`, found `Cpu`{tail}")
+        );
+        assert_eq!(
+            msg(quote!(pub A: Cpu = [X];)),
+            format!("expected `,` and the family after the platform `Cpu`, found `=`{tail}")
+        );
+        assert_eq!(
+            msg(quote!(pub A: Cpu, Scaled [X];)),
+            format!(
+                "expected `=` and the kernel list after the family `Scaled`, found `[X]`{tail}"
+            )
+        );
+        assert_eq!(
+            msg(quote!(pub A: Cpu, Scaled = base::T;)),
+            format!(
+                "expected `+ [...]` after the table `base::T`: a table that extends another lists \
+                 its own kernels (`+ []` for none), found nothing after it{tail}"
+            )
+        );
+        assert_eq!(
+            msg(quote!(pub A: Cpu, Scaled = [X Y];)),
+            "expected `,` between the kernels of `A`, found `Y`"
+        );
+        assert_eq!(
+            msg(quote!(pub A: Cpu, Scaled = [X => 2.5];)),
+            "expected a priority after `=>`, an integer (1 is tried first), found `2.5`"
+        );
+        assert_eq!(
+            msg(quote!(pub A: Cpu, Scaled = [3];)),
+            "expected a kernel type (a type with #[fp8_kernel]), found `3`"
+        );
+        assert_eq!(
+            msg(quote!(pub A: Cpu, Scaled = [X] pub B: Cpu, Scaled = [X];)),
+            "expected `;` after the declaration of `A`, found `pub`"
+        );
+        assert!(msg(quote!(crate = ; pub A: Cpu, Scaled = [X];))
+            .starts_with("expected `crate = path;`"));
+        assert!(msg(quote!(pub A: Cpu, Scaled = [X]; crate = x;))
+            .starts_with("`crate = path;` comes first"));
+        // A stray `;` is no declaration.
+        let (raw, msgs) = run(quote!(pub A: Cpu, Scaled = [X];;));
+        assert!(msgs.is_empty());
+        assert_eq!(names(&raw), ["A"]);
     }
 
     #[test]

@@ -67,7 +67,12 @@ fn table(p: &TokenStream, t: &Table) -> TokenStream {
         let ty = &it.ty;
         let entry = quote_spanned!(ty.span()=> <#ty as #p::Registered>::ENTRY);
         match &it.priority {
-            Some(pr) => quote!(#entry.with_priority(#pr)),
+            // The value `valid` checked, unsuffixed (`K => 3u8` is 3 too), at the literal.
+            Some(pr) => {
+                let value = pr.base10_parse::<u16>().unwrap_or_default();
+                let pr = syn::LitInt::new(&value.to_string(), pr.span());
+                quote!(#entry.with_priority(#pr))
+            }
             None => entry,
         }
     });
@@ -160,7 +165,7 @@ mod tests {
 
     #[test]
     fn one_check_per_entry() {
-        let out = expand_str(quote!(pub T: Cpu, BlockScaled = [A, B => 2, C];));
+        let out = expand_str(quote!(pub T: Cpu, BlockScaled = [A, B => 2u8, C];));
         assert_eq!(out.matches("build :: entry_problem").count(), 3);
         assert!(out.contains(
             "build :: entry_problem (\"T\" , :: fp8_linear :: __private :: Platform :: Cpu , __FP8_BASE_NAME , __FP8_BASE , __FP8_EXTRA , 1usize)"

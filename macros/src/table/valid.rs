@@ -52,13 +52,7 @@ pub struct Checked<'a> {
 fn platform(id: &Ident, errs: &mut Errors) -> Option<Platform> {
     let p = Platform::from_ident(id);
     if p.is_none() {
-        errs.spanned(
-            id,
-            format!(
-                "unknown platform `{id}`; expected one of: {}",
-                Platform::expected()
-            ),
-        );
+        errs.spanned(id, Platform::unknown(id));
     }
     p
 }
@@ -66,15 +60,21 @@ fn platform(id: &Ident, errs: &mut Errors) -> Option<Platform> {
 fn family(id: &Ident, errs: &mut Errors) -> Option<Family> {
     let f = Family::from_ident(id);
     if f.is_none() {
-        errs.spanned(
-            id,
-            format!(
-                "unknown family `{id}`; expected one of: {}",
-                Family::expected()
-            ),
-        );
+        errs.spanned(id, Family::unknown(id));
     }
     f
+}
+
+/// A type as users write it (`fp8_linear::cpu::CpuReference`, without the spaces of
+/// `TokenStream`'s rendering).
+pub fn type_name(ty: &syn::Type) -> String {
+    ty.to_token_stream()
+        .to_string()
+        .replace(" :: ", "::")
+        .replace(":: ", "::")
+        .replace(" < ", "<")
+        .replace(" >", ">")
+        .replace(" ,", ",")
 }
 
 /// Checks every declaration, recording all errors in `errs`.
@@ -148,7 +148,7 @@ pub fn validate<'a>(raw: &'a RawTables, errs: &mut Errors) -> Checked<'a> {
 fn items(t: &RawTable, errs: &mut Errors) {
     let mut seen: Vec<String> = Vec::new();
     for item in &t.items {
-        let key = item.ty.to_token_stream().to_string();
+        let key = type_name(&item.ty);
         if seen.contains(&key) {
             errs.spanned(
                 &item.ty,
@@ -211,7 +211,7 @@ mod tests {
         let (ok, ph, msgs) = run(quote! {
             pub A: Cpu, Blocky = [X];
             pub B: Metal, Scaled = [X];
-            pub C: Cpu, Scaled = [X, X => 2];
+            pub C: Cpu, Scaled = [a::X, a::X => 2];
             pub D: Cpu, Scaled = [X => 0];
             pub E: Cpu, Scaled = [X => 70000];
             pub F: Cpu, Scaled = [X];
@@ -223,7 +223,7 @@ mod tests {
             [
                 "unknown family `Blocky`; expected one of: BlockScaled, Scaled, WeightOnly",
                 "unknown platform `Metal`; expected one of: Cuda, Rocm, Cpu, Xpu, Tpu",
-                "kernel `X` is listed twice in `C`",
+                "kernel `a::X` is listed twice in `C`",
                 "priorities start at 1 (1 is tried first)",
                 "priority must fit in a u16 (1..=65535)",
             ]

@@ -32,7 +32,7 @@ use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
 use super::device_io::{device_io, download};
-use super::error::be;
+use super::error::{be, be_at};
 use super::launch::{functions, grid, launch};
 use super::layer::GpuLayer;
 use super::scratch::Scratch;
@@ -286,24 +286,8 @@ impl Fp8Kernel for MarlinFp8 {
                 format!("{:?}", input.shape),
             ));
         }
-        let p = LaunchPlan::new(
-            m,
-            st.n_pad / STRIPE,
-            st.k_pad / repack::STEP,
-            gpu.device().sm_count as usize,
-            &st.tuning,
-        );
-        let (work, counters) = if p.splits > 1 {
-            let w = st
-                .work
-                .get(gpu, p.workspace_floats())
-                .map_err(be(NAME))?
-                .ptr();
-            let ctr = st.counters.get(gpu, p.tiles() * 4).map_err(be(NAME))?.ptr();
-            (w, ctr)
-        } else {
-            (0, 0)
-        };
+        // Everything the call needs, before anything is enqueued.
+        let (p, work, counters) = st.reserve(gpu, m).map_err(be_at(NAME, m))?;
         let args = Args {
             w: st.weight.ptr(),
             s: st.scales.ptr(),
@@ -341,5 +325,41 @@ impl Fp8Kernel for MarlinFp8 {
         // between launches (the last block of each tile resets its counter).
         unsafe { launch(b, cfg, "marlin_w8a16") }.map_err(be(NAME))?;
         Ok(())
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        let (_, gpu, st) = self.layer.processed(NAME)?;
+        st.work.keep_retired();
+        st.counters.keep_retired();
+        for m in 1..=max_m {
+            st.reserve(gpu, m).map_err(be_at(NAME, m))?;
+        }
+        Ok(())
+    }
+}
+
+impl State {
+    /// The launch plan of a call of `m` rows, with its split-K workspace and arrival
+    /// counters made ready when split (their addresses, else 0). Allocating is refused while
+    /// the stream is being captured.
+    fn reserve(
+        &mut self,
+        gpu: &Arc<Gpu>,
+        m: usize,
+    ) -> Result<(LaunchPlan, u64, u64), fp8_linear_cuda::CudaError> {
+        let p = LaunchPlan::new(
+            m,
+            self.n_pad / STRIPE,
+            self.k_pad / repack::STEP,
+            gpu.device().sm_count as usize,
+            &self.tuning,
+        );
+        if p.splits <= 1 {
+            return Ok((p, 0, 0));
+        }
+        let work = self.work.get(gpu, p.workspace_floats())?.ptr();
+        // Zeroed when allocated; the last block of each tile resets its counter.
+        let counters = self.counters.get(gpu, p.tiles() * 4)?.ptr();
+        Ok((p, work, counters))
     }
 }

@@ -1,0 +1,15 @@
+//! Every argument is a `key = value` pair: a bare value is not one.
+use fp8_linear::{fp8_kernel, BuildCtx, KernelError};
+
+#[fp8_kernel(Cpu, priority = 1)]
+pub struct K;
+
+impl K {
+    pub fn new(_ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
+        Ok(K)
+    }
+}
+
+fp8_linear_tests::inert_kernel_impl!(K);
+
+fn main() {}

@@ -1,0 +1,15 @@
+//! A backend name is matched as one word by `--backend` / `FP8_LINEAR_BACKEND`.
+use fp8_linear::{fp8_kernel, BuildCtx, KernelError};
+
+#[fp8_kernel(platform = Cpu, priority = 1, backend = "cu blas")]
+pub struct K;
+
+impl K {
+    pub fn new(_ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
+        Ok(K)
+    }
+}
+
+fp8_linear_tests::inert_kernel_impl!(K);
+
+fn main() {}

@@ -1,0 +1,15 @@
+//! A layer parameter listed twice.
+use fp8_linear::{fp8_kernel, BuildCtx, KernelError, LayerParams};
+
+#[fp8_kernel(platform = Cpu, priority = 1, params = [weight, weight])]
+pub struct K;
+
+impl K {
+    pub fn new(_ctx: &BuildCtx<'_>, _params: LayerParams<2>) -> Result<Self, KernelError> {
+        Ok(K)
+    }
+}
+
+fp8_linear_tests::inert_kernel_impl!(K);
+
+fn main() {}

@@ -1,0 +1,15 @@
+//! An attribute without arguments: one error naming both required keys.
+use fp8_linear::{fp8_kernel, BuildCtx, KernelError};
+
+#[fp8_kernel]
+pub struct K;
+
+impl K {
+    pub fn new(_ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
+        Ok(K)
+    }
+}
+
+fp8_linear_tests::inert_kernel_impl!(K);
+
+fn main() {}

@@ -1,0 +1,15 @@
+//! `force_arch` is the wider range allowed when forced by name: it must contain `arch`.
+use fp8_linear::{fp8_kernel, BuildCtx, KernelError};
+
+#[fp8_kernel(platform = Cuda, priority = 1, arch = sm80.., force_arch = sm86..)]
+pub struct K;
+
+impl K {
+    pub fn new(_ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
+        Ok(K)
+    }
+}
+
+fp8_linear_tests::inert_kernel_impl!(K);
+
+fn main() {}

@@ -1,0 +1,15 @@
+//! `platform` is required.
+use fp8_linear::{fp8_kernel, BuildCtx, KernelError};
+
+#[fp8_kernel(priority = 1)]
+pub struct K;
+
+impl K {
+    pub fn new(_ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
+        Ok(K)
+    }
+}
+
+fp8_linear_tests::inert_kernel_impl!(K);
+
+fn main() {}
