@@ -28,8 +28,8 @@
 //! | wgmma / cuBLASLt (`hopper`, `cublaslt`)   | f32  | 2e-3   | 2^-24  | 2e-3               |
 //! | same                                      | f16  | 2e-3   | 2^-11  | 2e-3               |
 //! | same                                      | bf16 | 1e-2   | 2^-8   | 2e-3               |
-//! | W8A16 (`marlin`), 16-bit dtype f16        | f16  | 3e-3   | 2^-11  | 3 * 2^-11 = 1.5e-3 |
-//! | W8A16 (`marlin`), 16-bit dtype bf16       | bf16 | 1e-2   | 2^-8   | 3 * 2^-8 = 1.2e-2  |
+//! | W8A16 (`marlin`), 16-bit dtype f16        | f16  | 3e-3   | 2^-11  | 6 * 2^-11 = 2.9e-3 |
+//! | W8A16 (`marlin`), 16-bit dtype bf16       | bf16 | 1e-2   | 2^-8   | 6 * 2^-8 = 2.3e-2  |
 //!
 //! (atol: 2^-25 for f16 output, half its subnormal spacing; 0 otherwise.)
 
@@ -114,10 +114,15 @@ impl Tolerance {
     ///   activations' 16-bit dtype (unit roundoff u = 2^-8 bf16, 2^-11 f16): each weight
     ///   times its group scale (one rounding per element) and the group scale relative to the
     ///   channel's f32 scale (one per 128-group); then f32 accumulation. Both are relative
-    ///   errors of the terms of the sum; with random signs they add to about
+    ///   errors of the terms of the sum, not of the sum: with random signs they add to about
     ///   `u * sqrt(2/3) * |typical output|`, ~0.25 u of a row's largest output per element
-    ///   RMS, ~1.5 u at six sigma; one product that dominates its sum (K = 1) is off by at
-    ///   most 2 u: rtol = 3 u. Frobenius: 1e-2 for bf16 (measured up to 2.8e-3), 3e-3 for
+    ///   RMS, ~1.5 u at six sigma; but weight codes over every exponent and activation
+    ///   outliers make a few products dominate some sums, and those are off by up to 2 u of
+    ///   the dominant product, which can be about twice the row's largest output when the
+    ///   rest of the sum cancels it (f16 products in its subnormal range lose more, but they
+    ///   are tiny against the row). The CPU model of the kernel, marlin_numerics.rs, reached
+    ///   3.2 u of its row once in ~2.5e6 elements. rtol = 6 u. Frobenius: 1e-2 for bf16
+    ///   (measured up to 2.8e-3), 3e-3 for
     ///   f16 (the CPU model of the kernel is within 1e-3 of the f64 reference with f16
     ///   scales, marlin_numerics.rs, plus at most 4.9e-4 of output rounding).
     pub fn for_kernel(entry: &KernelEntry, cfg: &LayerConfig) -> Self {
@@ -131,7 +136,7 @@ impl Tolerance {
                 } else {
                     1e-2
                 },
-                rtol: 3.0 * u16,
+                rtol: 6.0 * u16,
                 round,
                 atol,
             };
