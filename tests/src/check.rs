@@ -25,9 +25,9 @@
 //! | CPU (`cpu`, `cpu_reference`), `portable`  | f32  | 1e-5   | 2^-24  | 1e-5               |
 //! | same                                      | f16  | 2e-3   | 2^-11  | 1e-5               |
 //! | same                                      | bf16 | 1e-2   | 2^-8   | 1e-5               |
-//! | wgmma / cuBLASLt (`hopper`, `cublaslt`)   | f32  | 2e-3   | 2^-24  | 2e-3               |
-//! | same                                      | f16  | 2e-3   | 2^-11  | 2e-3               |
-//! | same                                      | bf16 | 1e-2   | 2^-8   | 2e-3               |
+//! | wgmma / cuBLASLt (`hopper`, `cublaslt`)   | f32  | 2e-3   | 2^-24  | 1e-2               |
+//! | same                                      | f16  | 2e-3   | 2^-11  | 1e-2               |
+//! | same                                      | bf16 | 1e-2   | 2^-8   | 1e-2               |
 //! | W8A16 (`marlin`), 16-bit dtype f16        | f16  | 3e-3   | 2^-11  | 6 * 2^-11 = 2.9e-3 |
 //! | W8A16 (`marlin`), 16-bit dtype bf16       | bf16 | 1e-2   | 2^-8   | 6 * 2^-8 = 2.3e-2  |
 //!
@@ -105,10 +105,17 @@ impl Tolerance {
     ///   [`Tolerance::cpu`] (the portable kernel measures 5e-8 with f32 output).
     /// - `hopper`, `cublaslt` (and any other W8A8 backend): Hopper's FP8 wgmma accumulates
     ///   with reduced precision inside each 128-long K block (measured 1.4e-4 to 2.2e-4
-    ///   relative Frobenius with f32 output, BENCHMARKS.md), about 6e-5 of a row's largest
-    ///   output per element RMS: rtol = 2e-3 (the Frobenius bound these kernels have always
-    ///   been held to) keeps a factor ~30 over that, and catches any element off by more
-    ///   than 0.2 % of its row. Frobenius: 2e-3 for f32 and f16 output, 1e-2 for bf16.
+    ///   relative Frobenius with f32 output, BENCHMARKS.md). The accumulator keeps about 14
+    ///   significant bits and aligns each product to its running value, dropping (not
+    ///   rounding) the bits below: the error of one element grows with the block length and
+    ///   with the largest partial sum, not with the result. Over one 128-long block that is
+    ///   up to about 64 * 2^-14 = 3.9e-3 of the largest partial sum, and with weight codes over
+    ///   every exponent a dominant product can make a partial sum about twice the row's
+    ///   largest output while the rest of the sum cancels it (seen on an H200: 6e-3 of the
+    ///   row at N = 129, K = 130, f16 output, in 1 of ~2e5 elements): rtol = 1e-2 (~2 * 64 *
+    ///   2^-14 rounded up). That still catches any element off by more than 1 % of its row
+    ///   (a 50 %-wrong column fails by 50x). Frobenius: 2e-3 for f32 and f16 output, 1e-2
+    ///   for bf16.
     /// - W8A16 (`marlin`): the reference keeps the activations as the device holds them
     ///   (16-bit: their rounding is not an error), and the kernel rounds twice in the
     ///   activations' 16-bit dtype (unit roundoff u = 2^-8 bf16, 2^-11 f16): each weight
@@ -147,7 +154,7 @@ impl Tolerance {
                 let (round, atol) = output_rounding(out);
                 Tolerance {
                     frob: if out == DType::Bf16 { 1e-2 } else { 2e-3 },
-                    rtol: 2e-3,
+                    rtol: 1e-2,
                     round,
                     atol,
                 }
