@@ -340,3 +340,49 @@ fn building_for_a_profile_or_an_absent_device_is_a_typed_error() {
         Err(e) => assert!(e.to_string().to_lowercase().contains("cuda"), "{e}"),
     }
 }
+
+/// Sizes whose products overflow are typed errors from `Linear::new`, never an integer
+/// overflow panic (debug builds check arithmetic) or an abort.
+#[test]
+fn huge_layer_sizes_are_typed_errors() {
+    let w = [0x38u8; 16];
+    let s = [1.0f32; 4];
+    let opts = fp8_linear::Options::none();
+    for (n, k) in [
+        (usize::MAX / 2, 2),
+        (2, usize::MAX / 2),
+        (usize::MAX, usize::MAX),
+        (1 << 40, 1 << 40),
+    ] {
+        let cfg = LayerConfig::block_128(n, k, DType::F32, DType::F32);
+        let scale_shape = cfg.weight_scale_shape();
+        let weights = LayerWeights::new(
+            Tensor {
+                data: fp8_linear::Storage::F8E4m3(&w),
+                shape: [n, k],
+                strides: [k, 1],
+            },
+            Tensor {
+                data: fp8_linear::Storage::F32(&s),
+                shape: scale_shape,
+                strides: [scale_shape[1], 1],
+            },
+        );
+        let r = std::panic::catch_unwind(|| {
+            Linear::new(&Target::cpu(), &cfg, &weights, &opts).map(|_| ())
+        });
+        let err = r
+            .unwrap_or_else(|_| panic!("N={n} K={k}: Linear::new panicked"))
+            .expect_err("a layer this large cannot be built");
+        let msg = err.to_string();
+        assert!(
+            matches!(
+                err,
+                fp8_linear::LinearError::Kernel(
+                    KernelError::TooLarge { .. } | KernelError::BufferTooSmall { .. }
+                )
+            ),
+            "N={n} K={k}: {msg}"
+        );
+    }
+}
