@@ -1,45 +1,11 @@
 //! The checkpoint commands end to end through the binary: gen-checkpoint, plan and run on a
 //! tiny synthetic checkpoint, and a broken checkpoint's error.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn bin(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fp8-linear"))
-        .args(args)
-        .output()
-        .expect("run fp8-linear")
-}
+use common::{bin, json, Dir};
 
-fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("fp8-cli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        Dir(p)
-    }
-    fn s(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
+use std::path::Path;
 #[test]
 fn gen_plan_run_on_a_tiny_sharded_checkpoint() {
     let dir = Dir::new("tiny");

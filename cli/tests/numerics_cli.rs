@@ -5,53 +5,11 @@
 //! W8A16 reference, every layer "ok". The GPU test skips with a printed reason when there is
 //! no usable CUDA device, and fails instead under `FP8_REQUIRE_CUDA=1`.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn bin(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fp8-linear"))
-        .args(args)
-        .env_remove("FP8_LINEAR_FORCE")
-        .env_remove("FP8_LINEAR_DISABLE")
-        .env_remove("FP8_LINEAR_BACKEND")
-        .env_remove("FP8_LINEAR_TUNING")
-        .output()
-        .expect("run fp8-linear")
-}
+use common::{bin, json, stdout, Dir};
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            stdout(o),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("fp8-cli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        Dir(p)
-    }
-    fn s(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
+use std::process::Output;
 /// What `list` says about this machine: the device `run` uses by default, and why it is
 /// the CPU when it is.
 fn this_machine() -> serde_json::Value {

@@ -3,28 +3,8 @@
 
 mod common;
 
-use common::{assert_code, bin, json, stdout};
+use common::{assert_code, bin, json, stdout, Dir};
 use serde_json::Value;
-
-struct Dir(std::path::PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("fp8-cli-tp-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        Dir(p)
-    }
-    fn s(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn gen(dir: &Dir, preset: &str) {
     let g = bin(&["gen-checkpoint", dir.s(), "--preset", preset]);
     assert_code(&g, 0, "gen-checkpoint");
