@@ -309,25 +309,7 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
 /// of 20 flushed launches each, one table.
 fn sweep(gpu: &Arc<Gpu>) {
     let (target, options) = (Target::from_gpu(gpu.clone()), KernelOptions::none());
-    let tunings = [
-        MarlinPipeline::default(),
-        MarlinPipeline {
-            depth: [2, 2, 2],
-            min_blocks: [6, 4, 3],
-        },
-        MarlinPipeline {
-            depth: [2, 2, 1],
-            min_blocks: [5, 4, 3],
-        },
-        MarlinPipeline {
-            depth: [3, 2, 2],
-            min_blocks: [6, 4, 3],
-        },
-        MarlinPipeline {
-            depth: [2, 3, 2],
-            min_blocks: [6, 3, 2],
-        },
-    ];
+    let tunings = MarlinPipeline::SWEEP;
     let mut flush = Flush::new(gpu);
     let timer = EventTimer::new(gpu).unwrap();
     println!("sweep: median us per call; tunings {tunings:?}");

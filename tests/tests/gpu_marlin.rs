@@ -139,25 +139,7 @@ fn every_pipeline_tuning_matches_the_reference() {
     ) else {
         return;
     };
-    let tunings = [
-        MarlinPipeline::default(),
-        MarlinPipeline {
-            depth: [2, 2, 2],
-            min_blocks: [6, 4, 3],
-        },
-        MarlinPipeline {
-            depth: [2, 2, 1],
-            min_blocks: [5, 4, 3],
-        },
-        MarlinPipeline {
-            depth: [3, 2, 2],
-            min_blocks: [6, 4, 3],
-        },
-        MarlinPipeline {
-            depth: [2, 3, 2],
-            min_blocks: [6, 3, 2],
-        },
-    ];
+    let tunings = MarlinPipeline::SWEEP;
     for dt in [DType::Bf16, DType::F16] {
         let (n, k) = (2112, 1536);
         let cfg = LayerConfig::block_128(n, k, dt, dt);

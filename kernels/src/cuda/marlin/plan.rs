@@ -18,14 +18,36 @@ impl Default for MarlinPipeline {
         // From a sweep on an H200 (BENCHMARKS.md): decode (1 M tile) wants more resident
         // warps over deeper per-warp pipelines; 4 M tiles want 3 blocks per SM, which
         // leaves registers for one step in flight only.
-        MarlinPipeline {
-            depth: [2, 3, 1],
-            min_blocks: [6, 3, 3],
-        }
+        Self::SWEEP[0]
     }
 }
 
 impl MarlinPipeline {
+    /// The tunings the H200 sweep measured (`MARLIN_SWEEP=1` in the Marlin bench), the
+    /// default first; the GPU tests run each of them.
+    pub const SWEEP: [MarlinPipeline; 5] = [
+        MarlinPipeline {
+            depth: [2, 3, 1],
+            min_blocks: [6, 3, 3],
+        },
+        MarlinPipeline {
+            depth: [2, 2, 2],
+            min_blocks: [6, 4, 3],
+        },
+        MarlinPipeline {
+            depth: [2, 2, 1],
+            min_blocks: [5, 4, 3],
+        },
+        MarlinPipeline {
+            depth: [3, 2, 2],
+            min_blocks: [6, 4, 3],
+        },
+        MarlinPipeline {
+            depth: [2, 3, 2],
+            min_blocks: [6, 3, 2],
+        },
+    ];
+
     /// Whether every value is in range.
     pub fn is_valid(&self) -> bool {
         self.depth.iter().all(|d| (1..=4).contains(d))
