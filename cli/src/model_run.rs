@@ -642,22 +642,25 @@ mod tests {
             "the tiny checkpoint has block W8A8 layers"
         );
         let mut exec = crate::run_layer::HostExecutor;
-        let n = ck.layers().len();
-        let r = run(
-            &dir,
-            &W8A16,
-            &cpu(),
-            &mut exec,
-            &RunSpec {
-                m: 4,
-                iters: 1,
-                check: n,
-                only: None,
-            },
-            &Options::none(),
-            true,
-        )
-        .unwrap();
+        let spec = RunSpec {
+            m: 4,
+            iters: 1,
+            check: ck.layers().len(),
+            only: None,
+        };
+        let mut run_with = |registry| {
+            run(
+                &dir,
+                registry,
+                &cpu(),
+                &mut exec,
+                &spec,
+                &Options::none(),
+                true,
+            )
+            .unwrap()
+        };
+        let r = run_with(&W8A16);
         let text = r.text();
         assert!(r.ok(), "{text}");
         assert!(r.layers.iter().all(|l| l.kernel == Ok("CpuW8A16StandIn")));
@@ -674,21 +677,7 @@ mod tests {
 
         // Compared with the layer's own (W8A8) reference, the same output fails: the check
         // must follow the kernel's numerics.
-        let r = run(
-            &dir,
-            &MISLABELED,
-            &cpu(),
-            &mut exec,
-            &RunSpec {
-                m: 4,
-                iters: 1,
-                check: n,
-                only: None,
-            },
-            &Options::none(),
-            true,
-        )
-        .unwrap();
+        let r = run_with(&MISLABELED);
         assert!(!r.ok(), "{}", r.text());
         assert_eq!(r.outcome(), Some(Kind::CheckFailed), "{}", r.text());
         assert!(r.text().contains("checked against the w8a8 reference"));
