@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The one bundle for every GPU run. Builds here, in release mode, every test binary of the
-# workspace and the GPU benches (hopper, gpu, marlin), lists them from cargo's JSON messages,
-# copies them stripped into the git-ignored gpu-bundle/ folder together with the CLI binary,
-# and writes gpu-bundle/run.sh. On the GPU host (no Rust needed: the NVIDIA driver and the
-# CUDA 13 libraries libnvrtc.so.13 and libcublasLt.so.13 on the loader path; cuobjdump and
-# compute-sanitizer from a CUDA toolkit for the optional parts) run.sh runs every test binary
-# with FP8_REQUIRE_CUDA=1 (GPU tests fail instead of skipping) and --test-threads=1, then the
-# parts asked for (sanitizers, benches), and prints a pass/fail table last.
+# workspace and the GPU benches (hopper, gpu, marlin, graph, layouts), lists them from cargo's JSON
+# messages, copies them stripped into the git-ignored gpu-bundle/ folder together with the
+# CLI binary, and writes gpu-bundle/run.sh. On the GPU host (no Rust needed: the NVIDIA
+# driver and the CUDA 13 libraries libnvrtc.so.13 and libcublasLt.so.13 on the loader path;
+# cuobjdump and compute-sanitizer from a CUDA toolkit for the optional parts) run.sh runs
+# every test binary with FP8_REQUIRE_CUDA=1 (GPU tests fail instead of skipping) and
+# --test-threads=1, then the parts asked for (sanitizers, benches), and prints a pass/fail
+# table last.
 #
 #   scripts/gpu-bundle.sh [--pack]   # build and bundle here; prints the bundle's size
 #   gpu-bundle/run.sh [options]      # on the GPU host; --help lists the options
@@ -20,7 +21,7 @@ PACK=0
 for a in "$@"; do
     case "$a" in
     --pack) PACK=1 ;;
-    -h | --help) sed -n 2,15p "$0"; exit 0 ;;
+    -h | --help) sed -n 2,16p "$0"; exit 0 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -31,8 +32,8 @@ mkdir -p "$BUNDLE/tests" "$BUNDLE/benches" "$BUNDLE/bin" target
 
 echo "building the test binaries (release)..." >&2
 cargo test --release --workspace --no-run --message-format=json >target/gpu-bundle-tests.json
-echo "building the GPU benches (hopper, gpu, marlin) and the CLI..." >&2
-cargo bench -p fp8-linear --bench hopper --bench gpu --bench marlin --no-run \
+echo "building the GPU benches (hopper, gpu, marlin, graph, layouts) and the CLI..." >&2
+cargo bench -p fp8-linear --bench hopper --bench gpu --bench marlin --bench graph --bench layouts --no-run \
     --message-format=json >target/gpu-bundle-benches.json
 cargo build --release -p fp8-linear-cli --bin fp8-linear --message-format=json \
     >target/gpu-bundle-cli.json
@@ -72,7 +73,8 @@ cat >"$BUNDLE/run.sh" <<'RUN'
 #   --memcheck          compute-sanitizer memcheck on each GPU test binary (gpu_*)
 #   --racecheck[=SPEC]  racecheck on chosen binaries (default gpu_matrix,gpu_hopper:repeated)
 #   --synccheck[=SPEC]  synccheck on chosen binaries (default gpu_matrix,gpu_hopper:repeated)
-#   --bench             the benchmarks: hopper, gpu, marlin (FP8_BENCH_QUICK=1 for a subset)
+#   --bench             the benchmarks: hopper, gpu, marlin, graph, layouts (FP8_BENCH_QUICK=1: subsets)
+#   --bench=A,B         only these benchmarks (names in benches/), e.g. --no-tests --bench=graph
 #   --only=A,B          only these test binaries (names in tests/)
 # SPEC: comma-separated BINARY[:TEST_FILTER]. Under a sanitizer the matrix runs its small
 # layers (FP8_MATRIX=quick) and our own kernels only (FP8_MATRIX_KERNELS, default
@@ -83,7 +85,7 @@ cat >"$BUNDLE/run.sh" <<'RUN'
 # ./kernel-cache).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd) && cd "$HERE" || exit 1
-TESTS=1 MEMCHECK=0 RACE="" SYNC="" BENCH=0 ONLY=""
+TESTS=1 MEMCHECK=0 RACE="" SYNC="" BENCH=0 BENCHES=hopper,gpu,marlin,graph,layouts ONLY=""
 DEFAULT_SAN=gpu_matrix,gpu_hopper:repeated
 for a in "$@"; do
     case "$a" in
@@ -94,8 +96,9 @@ for a in "$@"; do
     --synccheck) SYNC=$DEFAULT_SAN ;;
     --synccheck=*) SYNC=${a#--synccheck=} ;;
     --bench) BENCH=1 ;;
+    --bench=*) BENCH=1 BENCHES=${a#--bench=} ;;
     --only=*) ONLY=${a#--only=} ;;
-    -h | --help) sed -n 2,17p "$HERE/run.sh"; exit 0 ;;
+    -h | --help) sed -n 2,18p "$HERE/run.sh"; exit 0 ;;
     *) echo "unknown option $a (--help lists them)" >&2; exit 2 ;;
     esac
 done
@@ -239,10 +242,10 @@ fi
 
 if [ $BENCH = 1 ]; then
     echo "== benches"
-    for b in hopper gpu marlin; do
+    for b in ${BENCHES//,/ }; do
         [ -x "benches/$b" ] || { row "bench-$b" missing - - -; continue; }
         run_one "bench-$b" "$LIMIT" "benches/$b" --bench
-        sed -n '/== summary/,$p' "$LOGS/bench-$b.log" | head -40
+        sed -n '/== summary/,$p' "$LOGS/bench-$b.log" | head -60
     done
 fi
 

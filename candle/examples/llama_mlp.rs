@@ -7,12 +7,15 @@
 //! ```sh
 //! cargo run --release -p fp8-linear-candle --example llama_mlp              # a tiny generated checkpoint
 //! cargo run --release -p fp8-linear-candle --example llama_mlp -- DIR [TOKENS]
+//! cargo run --release -p fp8-linear-candle --example llama_mlp -- --preset small-4096 [TOKENS]
 //! ```
 //!
 //! `DIR` is a checkpoint made by `fp8-linear gen-checkpoint DIR` (or a real one with the
-//! same tensor names); without it, `fp8_linear_checkpoint::generate` writes the `tiny`
-//! preset into a temporary directory. Runs on the CPU, and also on GPU 0 when the crate is
-//! built with its `cuda` feature and a GPU is present. `FP8_LINEAR_FORCE` and the other
+//! same tensor names); without it, `fp8_linear_checkpoint::generate` writes a preset with
+//! 128x128 block scales (`tiny`, or the one `--preset NAME` names) into a temporary
+//! directory, removed at the end. Runs on the CPU, and also on GPU 0 when the crate is
+//! built with its `cuda` feature and a GPU is present; with `FP8_REQUIRE_CUDA=1`, a build
+//! or a machine without a usable GPU is an error instead. `FP8_LINEAR_FORCE` and the other
 //! `FP8_LINEAR_*` variables apply (`Options::from_env()`).
 
 use std::path::{Path, PathBuf};
@@ -172,44 +175,85 @@ fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// Whether `FP8_REQUIRE_CUDA=1`: no usable GPU is then an error, not a CPU-only run.
+fn cuda_required() -> bool {
+    std::env::var("FP8_REQUIRE_CUDA").is_ok_and(|v| v.trim() == "1")
+}
+
 /// GPU 0 when the crate is built with `cuda` and the machine has one.
 #[cfg(feature = "cuda")]
-fn gpu() -> Option<Device> {
+fn gpu() -> Result<Option<Device>> {
     match Device::new_cuda(0) {
-        Ok(d) => Some(d),
+        Ok(d) => Ok(Some(d)),
+        Err(e) if cuda_required() => {
+            Err(format!("FP8_REQUIRE_CUDA=1 but there is no usable CUDA device: {e}").into())
+        }
         Err(e) => {
             println!("no usable CUDA device, CPU only: {e}");
-            None
+            Ok(None)
         }
     }
 }
 
 #[cfg(not(feature = "cuda"))]
-fn gpu() -> Option<Device> {
+fn gpu() -> Result<Option<Device>> {
+    if cuda_required() {
+        return Err(
+            "FP8_REQUIRE_CUDA=1 but the example is built without the `cuda` feature".into(),
+        );
+    }
     println!("built without the `cuda` feature: CPU only");
-    None
+    Ok(None)
+}
+
+/// The command line, `[DIR | --preset NAME] [TOKENS]`: the checkpoint directory, whether it
+/// was generated here (to remove at the end), and the token count.
+fn checkpoint_from_args() -> Result<(PathBuf, bool, usize)> {
+    let (mut preset, mut positional) = (None, Vec::new());
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--preset" => {
+                let name = args
+                    .next()
+                    .ok_or("--preset needs a name (tiny, small-4096)")?;
+                preset = Some(name.parse::<Preset>()?);
+            }
+            _ if a.starts_with("--") => return Err(format!("unknown option {a}").into()),
+            _ => positional.push(a),
+        }
+    }
+    // Without DIR (no positional argument, or a preset asked for), a checkpoint is generated
+    // and the only positional argument is TOKENS.
+    let generating = preset.is_some() || positional.is_empty();
+    let tokens_at = if generating { 0 } else { 1 };
+    if positional.len() > tokens_at + 1 {
+        return Err(format!("unexpected argument {}", positional[tokens_at + 1]).into());
+    }
+    let tokens = match positional.get(tokens_at) {
+        Some(t) => t.parse().map_err(|e| format!("TOKENS `{t}`: {e}"))?,
+        None => 4,
+    };
+    if !generating {
+        return Ok((PathBuf::from(&positional[0]), false, tokens));
+    }
+    let preset = preset.unwrap_or(Preset::Tiny);
+    let dir = std::env::temp_dir().join(format!("fp8-llama-mlp-{}", std::process::id()));
+    if let Err(e) = generate(&dir, &GenOptions::new(preset)) {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e.into());
+    }
+    println!("generated the {preset} preset in {}", dir.display());
+    Ok((dir, true, tokens))
 }
 
 fn main() -> Result<()> {
-    let mut args = std::env::args().skip(1);
-    let (dir, generated) = match args.next() {
-        Some(p) => (PathBuf::from(p), false),
-        None => {
-            let dir = std::env::temp_dir().join(format!("fp8-llama-mlp-{}", std::process::id()));
-            generate(&dir, &GenOptions::new(Preset::Tiny))?;
-            println!("generated the tiny preset in {}", dir.display());
-            (dir, true)
-        }
-    };
-    let tokens: usize = match args.next() {
-        Some(t) => t.parse()?,
-        None => 4,
-    };
+    let (dir, generated, tokens) = checkpoint_from_args()?;
     let result = (|| -> Result<()> {
         let q = QuantConfig::read(&dir)?;
         println!("quantization: {}", q.describe());
         let files = safetensors_files(&dir)?;
-        let devices: Vec<Device> = std::iter::once(Device::Cpu).chain(gpu()).collect();
+        let devices: Vec<Device> = std::iter::once(Device::Cpu).chain(gpu()?).collect();
         for d in &devices {
             let worst = run_on(d, &files, &q, tokens)?;
             println!("{d:?}: worst relative error vs candle bf16 Linear: {worst:.2e}\n");

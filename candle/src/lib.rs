@@ -128,16 +128,18 @@
 //!   its kernels with `nvcc` at build time (candle-kernels) and links the CUDA libraries
 //!   (cudarc's `dynamic-linking`, which it requires), so this feature needs a CUDA 13
 //!   toolkit on the build machine (the workspace pins cudarc's `cuda-13000` bindings);
-//!   fp8-linear's own kernels still compile with NVRTC at run time.
+//!   fp8-linear's own kernels still compile with NVRTC at run time. Without one,
+//!   `scripts/candle-cuda-bundle.sh` builds it from NVIDIA's CUDA 13.0 wheels and link-time
+//!   stubs of the libraries, and bundles the test binaries and the example for a GPU host.
 //!
 //! ## The example
 //!
 //! `cargo run --release -p fp8-linear-candle --example llama_mlp [-- CHECKPOINT_DIR [TOKENS]]`
-//! loads a checkpoint made by `fp8-linear gen-checkpoint` (or generates the tiny preset into
-//! a temporary directory), runs every decoder layer's MLP (`down(silu(gate(x)) * up(x))`)
-//! and attention projections in candle on the CPU, and on GPU 0 with the `cuda` feature
-//! when one is present, and prints each layer's kernel and its relative error against
-//! candle's bf16 `Linear` on the dequantized weights.
+//! loads a checkpoint made by `fp8-linear gen-checkpoint` (or generates the tiny preset, or
+//! the one `-- --preset NAME` names, into a temporary directory), runs every decoder
+//! layer's MLP (`down(silu(gate(x)) * up(x))`) and attention projections in candle on the
+//! CPU, and on GPU 0 with the `cuda` feature when one is present, and prints each layer's
+//! kernel and its relative error against candle's bf16 `Linear` on the dequantized weights.
 
 #![warn(missing_docs)]
 

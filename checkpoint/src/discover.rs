@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use fp8_linear_core::quant::{GroupShape, ScaleDtype};
+use fp8_linear_core::quant::ScaleDtype;
 use fp8_linear_core::{LayerConfig, QuantKey};
 use safetensors::Dtype;
 
@@ -278,18 +278,9 @@ pub fn layer_config(
 ) -> LayerConfig {
     let dt = q.dtype;
     let mut c = match (q.block, per_channel, q.static_activations) {
-        (Some([128, 128]), _, _) => LayerConfig::block_128(n, k, dt, dt),
-        (Some([rows, cols]), _, _) => LayerConfig {
-            weight: QuantKey {
-                group: GroupShape::Block { rows, cols },
-                ..QuantKey::WEIGHT_BLOCK_128
-            },
-            activation: Some(QuantKey {
-                group: GroupShape::Group { cols },
-                ..QuantKey::ACT_GROUP_128
-            }),
-            ..LayerConfig::block_128(n, k, dt, dt)
-        },
+        (Some([rows, cols]), _, _) => {
+            LayerConfig::block(n, k, (rows, cols), ScaleDtype::F32, dt, dt)
+        }
         (None, true, true) => LayerConfig {
             weight: QuantKey::WEIGHT_PER_CHANNEL,
             ..LayerConfig::per_tensor_static(n, k, dt, dt)

@@ -2,6 +2,14 @@
 //! `quantization_config`, safetensors shards written by the `safetensors` crate, and the
 //! shard index. Weights are random FP8 codes, scales random; everything is derived from a
 //! seed and the tensor's name, so the same options give the same bytes.
+//!
+//! Block checkpoints may use any weight block the reader accepts
+//! ([`GenOptions::block`], `[rows along N, cols along K]`, each 1 to
+//! [`MAX_BLOCK`]): each `weight_scale_inv` is `[ceil(N / rows), ceil(K / cols)]` (the
+//! last block row and column ragged when the block does not divide N or K) and
+//! `config.json` says `weight_block_size: [rows, cols]`; with [`GenOptions::ue8m0`] the
+//! block scales are powers of two and `scale_fmt` is `ue8m0` (so activation scales are
+//! rounded up to powers of two as well).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -21,14 +29,26 @@ use crate::presets::{ModelShape, Preset};
 /// replace the previous shards).
 pub const SYNTHETIC_MARKER: &str = "fp8_linear_synthetic";
 
+/// The largest block side the checkpoint reader accepts in `weight_block_size` (and so the
+/// largest the generator writes).
+pub const MAX_BLOCK: u32 = 65536;
+
+/// The weight block of block checkpoints when none is given: 128 x 128 (DeepSeek-V3 style).
+pub const DEFAULT_BLOCK: [u32; 2] = [128, 128];
+
 /// What to generate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GenOptions {
     /// Model shape.
     pub preset: Preset,
-    /// Per-tensor scales with static input scales instead of 128x128 blocks.
+    /// Per-tensor scales with static input scales instead of block scales (`block` and
+    /// `ue8m0` are then not used).
     pub per_tensor: bool,
-    /// Power-of-two (`ue8m0`) block scales.
+    /// The weight block `[rows along N, cols along K]` of block scales, each side 1 to
+    /// [`MAX_BLOCK`] ([`DEFAULT_BLOCK`], 128 x 128, by default). Sizes need not be multiples
+    /// of it: the last block row / column of a layer is then ragged.
+    pub block: [u32; 2],
+    /// Power-of-two (`ue8m0`) block scales, and `scale_fmt: "ue8m0"` in `config.json`.
     pub ue8m0: bool,
     /// Number of safetensors files (1: a single `model.safetensors`, no index).
     pub shards: usize,
@@ -39,15 +59,35 @@ pub struct GenOptions {
 }
 
 impl GenOptions {
-    /// The defaults for a preset: 128x128 blocks, one file, seed 0.
+    /// The defaults for a preset: 128x128 blocks with f32 scales, one file, seed 0.
     pub fn new(preset: Preset) -> Self {
         GenOptions {
             preset,
             per_tensor: false,
+            block: DEFAULT_BLOCK,
             ue8m0: false,
             shards: 1,
             layers: None,
             seed: 0,
+        }
+    }
+
+    /// These options with the weight block `[rows, cols]`.
+    pub fn with_block(self, rows: u32, cols: u32) -> Self {
+        GenOptions {
+            block: [rows, cols],
+            ..self
+        }
+    }
+
+    /// The scale tensor shape of an `[n, k]` weight: `[ceil(n / rows), ceil(k / cols)]` for
+    /// block scales, `[]` (one scalar) for per-tensor ones.
+    pub fn scale_shape(&self, n: usize, k: usize) -> Vec<usize> {
+        if self.per_tensor {
+            Vec::new()
+        } else {
+            let [r, c] = self.block;
+            vec![n.div_ceil(r as usize), k.div_ceil(c as usize)]
         }
     }
 
@@ -219,7 +259,7 @@ fn model_tensors(opts: &GenOptions) -> Vec<Synth> {
                 v.push(Synth::new(
                     format!("{m}.weight_scale_inv"),
                     Dtype::F32,
-                    vec![n.div_ceil(128), k.div_ceil(128)],
+                    opts.scale_shape(n, k),
                     Fill::WeightScale { pow2: opts.ue8m0 },
                     seed,
                 ));
@@ -250,7 +290,7 @@ fn config_json(opts: &GenOptions) -> serde_json::Value {
         "modules_to_not_convert": ["lm_head"],
     });
     if !opts.per_tensor {
-        q["weight_block_size"] = json!([128, 128]);
+        q["weight_block_size"] = json!(opts.block);
         q["fmt"] = json!("e4m3");
         if opts.ue8m0 {
             q["scale_fmt"] = json!("ue8m0");
@@ -338,6 +378,15 @@ pub fn generate(dir: &Path, opts: &GenOptions) -> Result<GenSummary, CheckpointE
         return Err(CheckpointError::Generate(
             "--shards must be at least 1".into(),
         ));
+    }
+    if !opts.per_tensor {
+        let [r, c] = opts.block;
+        if !(1..=MAX_BLOCK).contains(&r) || !(1..=MAX_BLOCK).contains(&c) {
+            return Err(CheckpointError::Generate(format!(
+                "weight block {r}x{c}: rows and cols must each be 1 to {MAX_BLOCK} (what \
+                 weight_block_size accepts)"
+            )));
+        }
     }
     let tensors = model_tensors(opts);
     if opts.shards > tensors.len() {
@@ -436,5 +485,113 @@ mod tests {
             7,
         );
         assert_ne!(x, other.generate());
+    }
+
+    #[test]
+    fn block_shapes_size_the_scale_tensors_and_the_config() {
+        for (r, c) in [(32, 32), (64, 64), (128, 64), (64, 128), (1, 7), (128, 128)] {
+            let opts = GenOptions::new(Preset::Tiny).with_block(r, c);
+            let s = opts.shape();
+            let t = model_tensors(&opts);
+            for (suffix, n, k) in s.linears() {
+                let name = format!("model.layers.0.{suffix}.weight_scale_inv");
+                let scale = t.iter().find(|t| t.name == name).unwrap();
+                let want = vec![n.div_ceil(r as usize), k.div_ceil(c as usize)];
+                assert_eq!(scale.shape, want, "{name} for {r}x{c}");
+            }
+            let q = &config_json(&opts)["quantization_config"];
+            assert_eq!(q["weight_block_size"], json!([r, c]));
+        }
+        // The tiny preset is ragged against a 32x32 block: intermediate 688 = 21.5 * 32.
+        assert_eq!(
+            GenOptions::new(Preset::Tiny)
+                .with_block(32, 32)
+                .scale_shape(688, 256),
+            vec![22, 8]
+        );
+        let pt = GenOptions {
+            per_tensor: true,
+            ..GenOptions::new(Preset::Tiny)
+        };
+        assert!(pt.scale_shape(64, 64).is_empty());
+        assert!(config_json(&pt)["quantization_config"]
+            .get("weight_block_size")
+            .is_none());
+    }
+
+    #[test]
+    fn ue8m0_scales_are_powers_of_two_and_bad_blocks_are_refused() {
+        let opts = GenOptions {
+            ue8m0: true,
+            ..GenOptions::new(Preset::Tiny).with_block(32, 32)
+        };
+        let q = &config_json(&opts)["quantization_config"];
+        assert_eq!(q["scale_fmt"], json!("ue8m0"));
+        let t = model_tensors(&opts);
+        let scale = t
+            .iter()
+            .find(|t| t.name.ends_with("weight_scale_inv"))
+            .unwrap();
+        let bytes = scale.generate();
+        assert_eq!(bytes.len(), scale.elements() * 4);
+        for c in bytes.chunks_exact(4) {
+            let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            assert!(v > 0.0 && v.to_bits() & 0x7f_ffff == 0, "{v}");
+        }
+        let dir = std::env::temp_dir().join(format!("fp8-gen-badblock-{}", std::process::id()));
+        for block in [[0, 32], [32, 0], [MAX_BLOCK + 1, 1]] {
+            let bad = GenOptions {
+                block,
+                ..GenOptions::new(Preset::Tiny)
+            };
+            let e = generate(&dir, &bad).unwrap_err();
+            assert!(e.to_string().contains("rows and cols"), "{e}");
+        }
+        assert!(!dir.exists(), "a refused checkpoint writes nothing");
+    }
+
+    #[test]
+    fn every_layout_reads_back_with_its_block_and_scale_format() {
+        use fp8_linear_core::quant::{GroupShape, ScaleDtype};
+        for (r, c) in [(32, 32), (64, 64), (128, 64)] {
+            for ue8m0 in [false, true] {
+                let opts = GenOptions {
+                    ue8m0,
+                    layers: Some(1),
+                    ..GenOptions::new(Preset::Tiny).with_block(r, c)
+                };
+                let dir = std::env::temp_dir().join(format!(
+                    "fp8-gen-layout-{r}x{c}-{ue8m0}-{}",
+                    std::process::id()
+                ));
+                generate(&dir, &opts).unwrap();
+                let ck = crate::Checkpoint::open(&dir).unwrap();
+                assert_eq!(ck.quant().block, Some([r, c]));
+                assert_eq!(ck.layers().len(), 7);
+                let mut ragged = 0;
+                for l in ck.layers() {
+                    let (n, k) = (l.config.n, l.config.k);
+                    assert_eq!(
+                        l.config.weight.group,
+                        GroupShape::Block { rows: r, cols: c }
+                    );
+                    let a = l.config.activation.unwrap();
+                    assert_eq!(a.group, GroupShape::Group { cols: c });
+                    let fmt = if ue8m0 {
+                        ScaleDtype::Ue8m0
+                    } else {
+                        ScaleDtype::F32
+                    };
+                    assert_eq!(a.scale_dtype, fmt, "{}", l.name);
+                    let want = [n.div_ceil(r as usize), k.div_ceil(c as usize)];
+                    assert_eq!(l.scale_shape, want, "{}", l.name);
+                    ragged += usize::from(n % r as usize != 0 || k % c as usize != 0);
+                    let t = ck.layer_tensors(l).unwrap();
+                    assert_eq!(t.scales.len(), want[0] * want[1]);
+                }
+                assert!(ragged >= 3, "{r}x{c}: the MLP layers are ragged");
+                std::fs::remove_dir_all(&dir).ok();
+            }
+        }
     }
 }

@@ -7,8 +7,10 @@ use std::str::FromStr;
 /// A named model shape.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Preset {
-    /// hidden 256, intermediate 688 (not a multiple of 128), 4 heads of 64, 1 KV head
-    /// (k/v_proj N = 64 < 128), 2 decoder layers: fast enough for unit tests.
+    /// hidden 256, intermediate 688 (= 16 * 43: not a multiple of any block side from 32
+    /// to 128, so the MLP layers are ragged along N or K against 32x32, 64x64, 128x64 and
+    /// 128x128 blocks), 4 heads of 64, 1 KV head (k/v_proj N = 64 < 128), 2 decoder layers:
+    /// fast enough for unit tests.
     Tiny,
     /// Llama-3-8B shapes (hidden 4096, intermediate 14336, 32 heads of 128, 8 KV heads) with
     /// 1 decoder layer and a 1024-token vocabulary: 218 MB of FP8 linear weights.

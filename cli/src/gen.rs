@@ -6,12 +6,14 @@ use std::time::Instant;
 
 use clap::Args;
 use fp8_linear::{tables::BUILTIN, DType, Device, SelectError};
+use fp8_linear_checkpoint::generate::DEFAULT_BLOCK;
 use fp8_linear_checkpoint::{
     generate, layer_config, CheckpointError, GenOptions, Preset, QuantConfig, ScaleFormat,
 };
 use serde_json::json;
 
 use crate::error::CliError;
+use crate::layer_args::{parse_block, Block};
 use crate::sizes::MAX_GEN_LAYERS;
 
 /// Arguments of `gen-checkpoint`.
@@ -24,12 +26,17 @@ pub struct GenArgs {
     /// 1 decoder layer, 218 MB of FP8 weights).
     #[arg(long, default_value = "tiny", value_parser = parse_preset)]
     pub preset: Preset,
-    /// Per-tensor weight scales with static input scales instead of 128x128 blocks.
+    /// Per-tensor weight scales with static input scales instead of block scales.
     #[arg(long)]
     pub per_tensor: bool,
-    /// Power-of-two (ue8m0) block scales, `scale_fmt = ue8m0`. Refused while no kernel on
-    /// the CPU or an H200 serves ue8m0 activation scales (none does today), since
-    /// `plan` and `run` would then refuse the checkpoint.
+    /// The weight block of the block scales, ROWSxCOLS (rows along N, columns along K, each
+    /// 1 to 65536): 128x128 (the default), 32x32, 64x64, 128x64, ... Layers whose N or K is
+    /// not a multiple of it get a ragged last block row or column.
+    #[arg(long, value_parser = parse_block, conflicts_with = "per_tensor", value_name = "ROWSxCOLS")]
+    pub block: Option<Block>,
+    /// Power-of-two (ue8m0) block scales, `scale_fmt = ue8m0` (activation scales are then
+    /// rounded up to powers of two too). Refused when no kernel on the CPU or an H200
+    /// serves the layout, since `plan` and `run` would then refuse the checkpoint.
     #[arg(long, conflicts_with = "per_tensor")]
     pub ue8m0: bool,
     /// Number of safetensors files (more than 1 adds model.safetensors.index.json), at
@@ -86,29 +93,44 @@ fn reasons(e: &SelectError) -> String {
     }
 }
 
-/// Refuses `--ue8m0` while no kernel on the host CPU or an H200 can serve the layers of a
-/// ue8m0 checkpoint: `scale_fmt = ue8m0` makes the activation scales ue8m0 too.
-fn check_ue8m0(preset: Preset) -> Result<(), CliError> {
+/// Refuses a block layout (a block other than 128x128 with f32 scales, or ue8m0 scales) when
+/// no kernel on the host CPU or an H200 can serve the layers it writes: `plan` and `run`
+/// would refuse the checkpoint. `scale_fmt = ue8m0` makes the activation scales ue8m0 too.
+/// Both a layer whose N and K are multiples of the block and a ragged one are tried.
+fn check_layout(preset: Preset, block: [u32; 2], ue8m0: bool) -> Result<(), CliError> {
     let q = QuantConfig {
-        block: Some([128, 128]),
+        block: Some(block),
         static_activations: false,
-        scale_format: ScaleFormat::Ue8m0,
+        scale_format: if ue8m0 {
+            ScaleFormat::Ue8m0
+        } else {
+            ScaleFormat::F32
+        },
         ignored: Vec::new(),
         dtype: DType::Bf16,
     };
-    let hidden = preset.shape().hidden;
-    let config = layer_config(&q, hidden, hidden, false, false);
+    let s = preset.shape();
     let mut why = Vec::new();
     for name in ["cpu", "h200"] {
         let device = Device::profile(name).map_err(|e| CliError::runtime(e.to_string()))?;
-        match BUILTIN.select(&device, &config, &fp8_linear::Overrides::none()) {
-            Ok(_) => return Ok(()),
+        let served = s.linears().iter().try_for_each(|&(_, n, k)| {
+            let config = layer_config(&q, n, k, false, false);
+            BUILTIN
+                .select(&device, &config, &fp8_linear::Overrides::none())
+                .map(|_| ())
+        });
+        match served {
+            Ok(()) => return Ok(()),
             Err(e) => why.push(format!("{name}: {}", reasons(&e))),
         }
     }
     Err(CliError::bad_input(format!(
-        "--ue8m0 refused: ue8m0 activation scales are not supported by any kernel on the CPU \
-         or an H200, so `plan` and `run` would refuse the checkpoint ({})",
+        "{} refused: no kernel on the CPU or an H200 serves {}x{} blocks{}, so `plan` and \
+         `run` would refuse the checkpoint ({})",
+        if ue8m0 { "--ue8m0" } else { "--block" },
+        block[0],
+        block[1],
+        if ue8m0 { " with ue8m0 scales" } else { "" },
         why.join(" | ")
     )))
 }
@@ -124,12 +146,14 @@ fn gen_error(e: CheckpointError) -> CliError {
 
 /// Runs `gen-checkpoint`.
 pub fn run(args: &GenArgs, json: bool) -> Result<ExitCode, CliError> {
-    if args.ue8m0 {
-        check_ue8m0(args.preset)?;
+    let block = args.block.map_or(DEFAULT_BLOCK, Block::pair);
+    if !args.per_tensor && (args.ue8m0 || block != DEFAULT_BLOCK) {
+        check_layout(args.preset, block, args.ue8m0)?;
     }
     let opts = GenOptions {
         preset: args.preset,
         per_tensor: args.per_tensor,
+        block,
         ue8m0: args.ue8m0,
         shards: args.shards,
         layers: args.layers,
@@ -143,6 +167,7 @@ pub fn run(args: &GenArgs, json: bool) -> Result<ExitCode, CliError> {
             "dir": args.dir.display().to_string(),
             "preset": args.preset.name(),
             "per_tensor": args.per_tensor,
+            "block": if args.per_tensor { None } else { Some(block) },
             "ue8m0": args.ue8m0,
             "shards": args.shards,
             "seed": args.seed,
@@ -160,11 +185,14 @@ pub fn run(args: &GenArgs, json: bool) -> Result<ExitCode, CliError> {
             args.dir.display(),
             args.preset,
             if args.per_tensor {
-                "per-tensor static scales"
-            } else if args.ue8m0 {
-                "128x128 ue8m0 block scales"
+                "per-tensor static scales".to_string()
             } else {
-                "128x128 block scales"
+                format!(
+                    "{}x{}{} block scales",
+                    block[0],
+                    block[1],
+                    if args.ue8m0 { " ue8m0" } else { "" }
+                )
             },
             args.seed,
             s.files.len(),
@@ -176,4 +204,28 @@ pub fn run(args: &GenArgs, json: bool) -> Result<ExitCode, CliError> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_values_parse_and_bad_ones_name_the_problem() {
+        for (s, r, c) in [("32x32", 32, 32), ("128X64", 128, 64), (" 1x7 ", 1, 7)] {
+            assert_eq!(parse_block(s), Ok(Block { rows: r, cols: c }), "{s}");
+        }
+        for (s, needle) in [
+            ("128", "must be ROWSxCOLS"),
+            ("0x32", "rows must be at least 1"),
+            ("32x0", "cols must be at least 1"),
+            ("65537x1", "rows must be at most 65536"),
+            ("ax32", "rows `a` is not a positive integer"),
+            ("32x-1", "cols `-1` is not a positive integer"),
+            ("32x", "cols `` is not a positive integer"),
+        ] {
+            let e = parse_block(s).unwrap_err();
+            assert!(e.contains(needle), "{s}: {e}");
+        }
+    }
 }

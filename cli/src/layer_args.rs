@@ -1,7 +1,8 @@
 //! Command-line description of a layer and of selection overrides, shared by subcommands.
 
 use clap::{Args, ValueEnum};
-use fp8_linear::{tables::BUILTIN, DType, LayerConfig, Options, QuantKey};
+use fp8_linear::{tables::BUILTIN, DType, LayerConfig, Options, ScaleDtype};
+use fp8_linear_checkpoint::generate::MAX_BLOCK;
 
 use crate::error::CliError;
 use crate::sizes::MAX_ITERS;
@@ -37,6 +38,59 @@ pub struct LayerArgs {
     /// Output dtype: f32, bf16 or f16.
     #[arg(long, default_value = "bf16", value_parser = parse_dtype)]
     pub output: DType,
+    /// The weight block of `block` and `weight-only` layers, ROWSxCOLS (rows along N,
+    /// columns along K): 128x128 (the default), 32x32, 64x64, 128x64, ...; block layers
+    /// quantize activations in 1xCOLS groups.
+    #[arg(long, value_parser = parse_block, value_name = "ROWSxCOLS")]
+    pub block: Option<Block>,
+    /// Power-of-two (ue8m0) scales, as checkpoints with `scale_fmt = ue8m0` hold them:
+    /// the weight block scales and the dynamic activation scales.
+    #[arg(long)]
+    pub ue8m0: bool,
+}
+
+/// A weight block `ROWSxCOLS` as `--block` takes it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Rows along N.
+    pub rows: u32,
+    /// Columns along K.
+    pub cols: u32,
+}
+
+impl Block {
+    /// The block as `[rows, cols]`.
+    pub fn pair(self) -> [u32; 2] {
+        [self.rows, self.cols]
+    }
+}
+
+/// Parses `--block ROWSxCOLS`, each side an integer from 1 to [`MAX_BLOCK`].
+pub fn parse_block(s: &str) -> Result<Block, String> {
+    let t = s.trim();
+    let Some((r, c)) = t.split_once(['x', 'X']) else {
+        return Err(format!(
+            "--block must be ROWSxCOLS (rows along N, columns along K), e.g. 128x128, 32x32 or \
+             128x64; got `{s}`"
+        ));
+    };
+    let side = |what: &str, v: &str| -> Result<u32, String> {
+        match v.trim().parse::<u64>() {
+            Ok(0) => Err(format!("--block {t}: {what} must be at least 1")),
+            Ok(b) if b > u64::from(MAX_BLOCK) => Err(format!(
+                "--block {t}: {what} must be at most {MAX_BLOCK} (what weight_block_size accepts)"
+            )),
+            Ok(b) => Ok(b as u32),
+            Err(_) => Err(format!(
+                "--block {t}: {what} `{}` is not a positive integer (ROWSxCOLS, e.g. 128x64)",
+                v.trim()
+            )),
+        }
+    };
+    Ok(Block {
+        rows: side("rows", r)?,
+        cols: side("cols", c)?,
+    })
 }
 
 fn at_least_one(s: &str, what: &str) -> Result<usize, String> {
@@ -77,18 +131,36 @@ fn parse_dtype(s: &str) -> Result<DType, String> {
 }
 
 impl LayerArgs {
-    /// The layer config these arguments describe.
-    pub fn config(&self) -> LayerConfig {
+    /// The layer config these arguments describe; `--block` / `--ue8m0` on a layer kind
+    /// without block scales is bad input.
+    pub fn config(&self) -> Result<LayerConfig, CliError> {
+        let blocky = matches!(self.layer, LayerKind::Block | LayerKind::WeightOnly);
+        if !blocky && (self.block.is_some() || self.ue8m0) {
+            return Err(CliError::bad_input(
+                "--block and --ue8m0 describe block scales: use them with --layer block or \
+                 --layer weight-only",
+            ));
+        }
         let (n, k, i, o) = (self.n, self.k, self.input, self.output);
-        match self.layer {
-            LayerKind::Block => LayerConfig::block_128(n, k, i, o),
+        let Block { rows, cols } = self.block.unwrap_or(Block {
+            rows: 128,
+            cols: 128,
+        });
+        let scale_dtype = if self.ue8m0 {
+            ScaleDtype::Ue8m0
+        } else {
+            ScaleDtype::F32
+        };
+        let block = LayerConfig::block(n, k, (rows, cols), scale_dtype, i, o);
+        Ok(match self.layer {
+            LayerKind::Block => block,
             LayerKind::PerTensor => LayerConfig::per_tensor_static(n, k, i, o),
             LayerKind::PerToken => LayerConfig::per_token_per_channel(n, k, i, o),
             LayerKind::WeightOnly => LayerConfig {
                 output_dtype: o,
-                ..LayerConfig::weight_only(QuantKey::WEIGHT_BLOCK_128, n, k, i)
+                ..LayerConfig::weight_only(block.weight, n, k, i)
             },
-        }
+        })
     }
 }
 

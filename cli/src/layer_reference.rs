@@ -1,37 +1,19 @@
-//! The f64 reference output of a checkpoint layer for some rows of the input, computed from
-//! the layer's own FP8 weights and scales with the oracle GEMMs of `fp8_linear::cpu`. The
-//! caller passes the config of the numerics to check (the kernel's reference config: a
-//! weight-only kernel on a W8A8 layer gets the layer without its activation key).
+//! The f64 reference output of a checkpoint layer for some rows of the input: the oracle
+//! kernel itself ([`CpuReference`], which quantizes the activations per the config's key,
+//! ue8m0 scales included, by the spec as `fp8_linear::cpu::reference` states it) run on the
+//! layer's own FP8 weights and scales. The caller passes the config of the numerics to
+//! check (the kernel's reference config: a weight-only kernel on a W8A8 layer gets the
+//! layer without its activation key).
 
-use fp8_linear::cpu::{quantize, reference};
-use fp8_linear::fp8::{f32_to_e4m3, group_scale, round_scale_ue8m0};
-use fp8_linear::{GroupShape, LayerConfig, ScaleDtype};
+use fp8_linear::cpu::{reference, CpuReference};
+use fp8_linear::{DType, Fp8Kernel, GroupShape, LayerConfig, QuantKey, Tensor, TensorMut};
 use fp8_linear_checkpoint::LayerTensors;
 
-/// Dynamic per-token-group quantization of `r` rows, with scales rounded up to powers of
-/// two when `ue8m0` (the activation key's scale format).
-fn quantize_groups(xs: &[f32], r: usize, k: usize, g: usize, ue8m0: bool) -> (Vec<u8>, Vec<f32>) {
-    if !ue8m0 {
-        return quantize::per_token_group(xs, r, k, g);
-    }
-    let groups = k.div_ceil(g);
-    let mut q = vec![0u8; r * k];
-    let mut s = vec![0f32; r * groups];
-    for i in 0..r {
-        for gi in 0..groups {
-            let (lo, hi) = (i * k + gi * g, i * k + ((gi + 1) * g).min(k));
-            let scale = round_scale_ue8m0(group_scale(&xs[lo..hi]));
-            s[i * groups + gi] = scale;
-            for idx in lo..hi {
-                q[idx] = f32_to_e4m3(xs[idx] / scale);
-            }
-        }
-    }
-    (q, s)
-}
-
 /// Reference output `[rows.len(), N]` for the given rows of `x` (`[m, K]`, already rounded
-/// to the layer's input dtype), bias included.
+/// to the layer's input dtype), bias included. A dynamic per-tensor activation scale is
+/// taken over the whole input (every row of `x`, as the kernel saw it), then applied to the
+/// sampled rows as a static scale. Errors (a config the reference refuses, tensors that do
+/// not fit it) are messages.
 pub fn reference_rows(
     config: &LayerConfig,
     t: &LayerTensors<'_>,
@@ -44,69 +26,35 @@ pub fn reference_rows(
         .iter()
         .flat_map(|&i| x[i * k..(i + 1) * k].iter().copied())
         .collect();
-    let w = t.weight;
-    let [_, sc] = t.scale_shape;
-    let wscale = |j: usize, kk: usize| match config.weight.group {
-        GroupShape::Block { rows, cols } => t.scales[(j / rows as usize) * sc + kk / cols as usize],
-        GroupShape::Group { cols } => t.scales[j * sc + kk / cols as usize],
-        GroupShape::PerTensor => t.scales[0],
-        GroupShape::PerChannel | GroupShape::PerToken => t.scales[j],
+    // `x` holds the input's values as f32 (already rounded to its dtype): feed them as f32,
+    // and take the result in f32 (one rounding of the f64 sum, far below any tolerance).
+    let mut cfg = LayerConfig {
+        input_dtype: DType::F32,
+        output_dtype: DType::F32,
+        ..*config
     };
-    let mut out = match (config.activation, config.weight.group) {
-        (Some(a), GroupShape::Block { rows: bn, cols: bk }) => {
-            let GroupShape::Group { cols } = a.group else {
-                return Err(format!(
-                    "no reference for block weights with {} activations",
-                    a.group
-                ));
-            };
-            if cols != bk {
-                return Err(format!(
-                    "no reference for activation groups of {cols} with weight blocks of {bk} along K"
-                ));
-            }
-            let (q, s) =
-                quantize_groups(&xs, r, k, cols as usize, a.scale_dtype == ScaleDtype::Ue8m0);
-            reference::block_gemm_f64(&q, &s, w, &t.scales, r, n, k, (bn as usize, bk as usize))
-        }
-        (Some(a), GroupShape::PerTensor | GroupShape::PerChannel) => {
-            let mut q = vec![0u8; r * k];
-            let a_scales = match a.group {
-                GroupShape::PerTensor => {
-                    // A dynamic per-tensor scale covers the whole input, not only these rows.
-                    let scale = if a.dynamic {
-                        group_scale(x)
-                    } else {
-                        t.input_scale.ok_or("static layer without input_scale")?[0]
-                    };
-                    quantize::per_tensor_into(&xs, Some(scale), &mut q);
-                    vec![scale]
-                }
-                GroupShape::PerToken => {
-                    let mut s = vec![0f32; r];
-                    quantize::per_token_into(&xs, k, None, &mut q, &mut s);
-                    s
-                }
-                g => {
-                    return Err(format!(
-                        "no reference for {g} activations with per-tensor/channel weights"
-                    ))
-                }
-            };
-            reference::scaled_gemm_f64(&q, &a_scales, w, &t.scales, r, n, k)
-        }
-        (None, _) => reference::weight_only_f64(&xs, w, r, n, k, wscale),
-        (Some(a), g) => {
-            return Err(format!(
-                "no reference for {g} weights with {} activations",
-                a.group
-            ))
-        }
-    };
-    if let Some(b) = &t.bias {
-        for row in out.chunks_mut(n) {
-            row.iter_mut().zip(b).for_each(|(o, b)| *o += *b as f64);
+    let mut input_scale = t.input_scale;
+    if let Some(a) = cfg.activation {
+        if a.dynamic && a.group == GroupShape::PerTensor {
+            input_scale = Some([reference::dynamic_scale_fmt(x, None, a.scale_dtype)]);
+            cfg.activation = Some(QuantKey {
+                dynamic: false,
+                ..a
+            });
         }
     }
-    Ok(out)
+    let mut weights = t.view();
+    weights.input_scale = input_scale.as_ref().map(|s| Tensor::f32(s, [1, 1]));
+    let mut oracle = CpuReference::for_layer(&cfg);
+    oracle
+        .process_weights(&weights)
+        .map_err(|e| format!("f64 reference: {e}"))?;
+    let mut out = vec![0f32; r * n];
+    oracle
+        .apply(
+            &Tensor::f32(&xs, [r, k]),
+            &mut TensorMut::f32(&mut out, [r, n]),
+        )
+        .map_err(|e| format!("f64 reference: {e}"))?;
+    Ok(out.into_iter().map(f64::from).collect())
 }

@@ -173,7 +173,7 @@ impl SweepArgs {
         path: Option<&std::path::Path>,
         baseline: Option<Option<&str>>,
     ) -> Result<Measured, CliError> {
-        let config = self.layer.config();
+        let config = self.layer.config()?;
         let mut options = self.overrides.options(env)?;
         let baseline = match baseline {
             Some(Some(b)) => Some(Some(names::kernel(&BUILTIN, b, "--baseline")?)),
@@ -336,7 +336,7 @@ fn run(cli: &Cli) -> Result<ExitCode, CliError> {
             let options = overrides.options(&env)?;
             let target = resolve_target(device, cli.json)?;
             let device = target.device();
-            let config = layer.config();
+            let config = layer.config()?;
             let ex = BUILTIN
                 .explain(device, &config, &options.overrides)
                 .map_err(error::select_error)?;
@@ -383,7 +383,7 @@ fn run(cli: &Cli) -> Result<ExitCode, CliError> {
                 }
                 return Ok(error::exit_code(report.outcome()));
             }
-            let config = layer.config();
+            let config = layer.config()?;
             // Sizes first: nothing is allocated for a layer that cannot fit.
             sizes::check_layer("run", &config, &[*m])?;
             let place = Place::open(target, cli.json)?;

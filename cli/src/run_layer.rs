@@ -127,11 +127,18 @@ impl RandomWeights {
             ))
         };
         let len = r.checked_mul(c).ok_or_else(overflow)?;
+        // ue8m0 weight keys hold powers of two.
+        let pow2 = config.weight.scale_dtype == fp8_linear::ScaleDtype::Ue8m0;
         let scales = try_collect(
             "weight scales",
             len,
             (0..len).map(|_| {
-                2f32.powi(rng.random_range(-4..=4)) * rng.random_range(0.5f32..1.0) / 448.0
+                let s = 2f32.powi(rng.random_range(-4..=4)) * rng.random_range(0.5f32..1.0) / 448.0;
+                if pow2 {
+                    fp8_linear::fp8::round_scale_ue8m0(s)
+                } else {
+                    s
+                }
             }),
         )?;
         let len = config.n.checked_mul(config.k).ok_or_else(overflow)?;
@@ -201,9 +208,13 @@ pub fn reference_rows(
         fp8_linear::GroupShape::PerTensor => scales[0],
         _ => scales[j],
     };
+    // ue8m0 activation scales (powers of two) when the key says so.
+    let fmt = config
+        .activation
+        .map_or(fp8_linear::ScaleDtype::F32, |a| a.scale_dtype);
     match config.activation.map(|a| a.group) {
         Some(fp8_linear::GroupShape::Group { cols }) => {
-            let (q, s) = quantize::per_token_group(&xs, r, k, cols as usize);
+            let (q, s) = quantize::per_token_group_fmt(&xs, r, k, cols as usize, fmt);
             reference::weight_only_f64(
                 &deq_groups(&q, &s, r, k, cols as usize),
                 codes,
@@ -222,7 +233,7 @@ pub fn reference_rows(
         Some(_) => {
             let mut q = vec![0u8; r * k];
             let mut s = vec![0f32; r];
-            quantize::per_token_into(&xs, k, None, &mut q, &mut s);
+            quantize::per_token_fmt_into(&xs, k, None, fmt, &mut q, &mut s);
             let a: Vec<f32> = q
                 .iter()
                 .enumerate()

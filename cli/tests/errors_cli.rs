@@ -357,10 +357,7 @@ fn gen_checkpoint_refuses_what_plan_and_run_would_refuse() {
             "--layers 0 writes a checkpoint with no quantized linear layer, which `plan` and `run` refuse",
         ),
         (&["--layers", "1025"], "at most 1024 decoder layers"),
-        (
-            &["--ue8m0"],
-            "ue8m0 activation scales are not supported (use f32 activation scales)",
-        ),
+        (&["--block", "0x32"], "--block 0x32: rows must be at least 1"),
         (&["--shards", "0"], "--shards must be at least 1"),
         (&["--shards", "1000"], "1000 shards requested"),
     ];

@@ -99,7 +99,7 @@ fn ragged_shards_are_named_with_what_happens() {
             assert!(g1["kernels"]["h200"]["error"]
                 .as_str()
                 .unwrap()
-                .contains("weights must be quantized in 128x128 blocks"));
+                .contains("weights must be block-quantized"));
             assert_eq!(g1["kernels"]["a100"]["kernel"], "MarlinFp8");
             assert_eq!(v["all_served"], false);
         }

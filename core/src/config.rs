@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::dtype::DType;
-use crate::quant::{GroupShape, QuantKey};
+use crate::quant::{GroupShape, QuantKey, ScaleDtype};
 
 /// The kernel family a layer is routed to. The activation key decides it: per-group
 /// activations go to the block-scaled tables, other quantized activations to the scaled
@@ -73,6 +73,33 @@ impl LayerConfig {
             input_dtype: input,
             output_dtype: output,
             bias: false,
+        }
+    }
+
+    /// A block-quantized layer of any checkpoint layout: `rows` x `cols` weight blocks
+    /// (rows along N, columns along K) and dynamic 1 x `cols` activation groups, both with
+    /// scales in `scale_dtype` (f32, or ue8m0: powers of two). `block(n, k, 128, 128,
+    /// ScaleDtype::F32, ..)` is [`LayerConfig::block_128`].
+    pub const fn block(
+        n: usize,
+        k: usize,
+        (rows, cols): (u32, u32),
+        scale_dtype: ScaleDtype,
+        input: DType,
+        output: DType,
+    ) -> Self {
+        LayerConfig {
+            weight: QuantKey {
+                group: GroupShape::Block { rows, cols },
+                scale_dtype,
+                dynamic: false,
+            },
+            activation: Some(QuantKey {
+                group: GroupShape::Group { cols },
+                scale_dtype,
+                dynamic: true,
+            }),
+            ..LayerConfig::block_128(n, k, input, output)
         }
     }
 

@@ -3,6 +3,8 @@
 //! e4m3fn has 4 exponent bits (bias 7), 3 mantissa bits, no infinities, and one NaN pattern
 //! per sign (0x7f / 0xff). The largest finite value is 448.
 
+use crate::quant::ScaleDtype;
+
 /// Largest finite e4m3fn value. (`float8::F8E4M3::MAX` reads 416; this is the real one.)
 pub const E4M3_MAX: f32 = 448.0;
 
@@ -74,8 +76,21 @@ const fn build_table() -> [f32; 256] {
 /// Dynamic per-token-group quantization of one row: for each group of `group` columns,
 /// `scale = max(absmax, 1e-10) / 448` and `q = sat(x / scale)`. Writes `ceil(k / group)`
 /// scales. The same arithmetic (an f32 division, then RNE) is used by every backend, so the
-/// results are bit-identical.
+/// results are bit-identical. [`quantize_row_groups_as`] with [`ScaleDtype::F32`].
 pub fn quantize_row_groups(row: &[f32], group: usize, q: &mut [u8], scales: &mut [f32]) {
+    quantize_row_groups_as(row, group, ScaleDtype::F32, q, scales)
+}
+
+/// [`quantize_row_groups`] with the scales in the format `fmt`: for [`ScaleDtype::Ue8m0`]
+/// each group's dynamic scale is rounded up to a power of two ([`round_scale_ue8m0`])
+/// before the codes `sat(x / scale)` are computed with it.
+pub fn quantize_row_groups_as(
+    row: &[f32],
+    group: usize,
+    fmt: ScaleDtype,
+    q: &mut [u8],
+    scales: &mut [f32],
+) {
     debug_assert_eq!(row.len(), q.len());
     debug_assert_eq!(scales.len(), row.len().div_ceil(group));
     for ((xs, qs), s) in row
@@ -83,7 +98,7 @@ pub fn quantize_row_groups(row: &[f32], group: usize, q: &mut [u8], scales: &mut
         .zip(q.chunks_mut(group))
         .zip(scales.iter_mut())
     {
-        let scale = group_scale(xs);
+        let scale = scale_as(group_scale(xs), fmt);
         *s = scale;
         for (x, o) in xs.iter().zip(qs.iter_mut()) {
             *o = f32_to_e4m3(*x / scale);
@@ -107,12 +122,48 @@ pub fn group_scale(xs: &[f32]) -> f32 {
     amax.max(MIN_ABSMAX) / E4M3_MAX
 }
 
-/// Rounds a scale up to a power of two (`2^ceil(log2 s)`), the "ue8m0" scale format.
+/// A dynamic scale as stored in the format `fmt`: unchanged for [`ScaleDtype::F32`],
+/// [`round_scale_ue8m0`] for [`ScaleDtype::Ue8m0`].
+#[inline]
+pub fn scale_as(s: f32, fmt: ScaleDtype) -> f32 {
+    match fmt {
+        ScaleDtype::F32 => s,
+        ScaleDtype::Ue8m0 => round_scale_ue8m0(s),
+    }
+}
+
+/// Rounds a scale up to a power of two, the "ue8m0" scale format, on the f32 bits (exact:
+/// no `log2`, which rounds `2^e * (1 + 2^-23)` down to `e`). With `bits = s.to_bits()` and
+/// `field = (bits >> 23) & 0xff` (the biased exponent):
+///
+/// - sign bit set (negative values, `-0.0`, negative NaN): unchanged;
+/// - `field` in `1..=253` (a positive normal below 2^127) with mantissa bits
+///   (`bits & 0x7f_ffff`) set: the next power of two up,
+///   `bits = (bits & 0xff80_0000) + 0x0080_0000` (exponent + 1, mantissa 0);
+/// - `field` in `1..=253` with a zero mantissa: already a power of two, unchanged;
+/// - `field == 0` (`+0.0` or a positive subnormal): `+0.0` unchanged, any positive
+///   subnormal becomes `2^-126` (`0x0080_0000`, the smallest normal f32: every subnormal
+///   is below it, and the GPU quantizer does the same);
+/// - `field == 254` (`[2^127, f32::MAX]`): unchanged (the next power up would be infinite);
+/// - `field == 255` (infinity, NaN): unchanged.
+///
+/// The GPU quantizer implements the same rule on the same bits
+/// (`if ((bits & 0x7fffff) && field in 1..=253) bits = (bits & 0xff800000) + 0x00800000;`,
+/// subnormal `bits != 0` to `0x00800000`), so CPU and GPU scales are bit-identical.
+/// Dynamic scales are at least `1e-10 / 448` (a normal) or NaN, never negative, zero,
+/// subnormal or above 2^127.
+#[inline]
 pub fn round_scale_ue8m0(s: f32) -> f32 {
-    if s.is_nan() || s <= 0.0 || !s.is_finite() {
+    let bits = s.to_bits();
+    if bits & 0x8000_0000 != 0 {
         return s;
     }
-    2f32.powi(s.log2().ceil() as i32)
+    let field = (bits >> 23) & 0xff;
+    match field {
+        0 if bits != 0 => f32::from_bits(0x0080_0000),
+        1..=253 if bits & 0x007f_ffff != 0 => f32::from_bits((bits & 0xff80_0000) + 0x0080_0000),
+        _ => s,
+    }
 }
 
 #[cfg(test)]
@@ -184,5 +235,95 @@ mod tests {
         assert_eq!(group_scale(&zeros), 1e-10 / 448.0);
         assert!(group_scale(&[1.0, f32::NAN]).is_nan());
         assert_eq!(round_scale_ue8m0(0.3), 0.5);
+    }
+
+    #[test]
+    fn ue8m0_rounding_is_exact_on_the_bits() {
+        // The case log2 gets wrong: 2^e * (1 + 2^-23) rounds up to 2^(e+1), for every e of a
+        // normal below 2^127.
+        for e in -126..=126 {
+            let p = 2f32.powi(e);
+            let just_above = f32::from_bits(p.to_bits() + 1);
+            assert_eq!(
+                round_scale_ue8m0(just_above),
+                2f32.powi(e + 1),
+                "2^{e} * (1 + 2^-23)"
+            );
+            assert_eq!(round_scale_ue8m0(p), p, "2^{e} stays");
+            let just_below = f32::from_bits(p.to_bits() - 1);
+            if e > -126 {
+                assert_eq!(round_scale_ue8m0(just_below), p, "just below 2^{e}");
+            }
+            assert_eq!(round_scale_ue8m0(p * 1.5), 2f32.powi(e + 1), "1.5 * 2^{e}");
+        }
+        assert_eq!(round_scale_ue8m0(1.0 + f32::EPSILON), 2.0);
+        assert_eq!(round_scale_ue8m0(0.75), 1.0);
+        assert_eq!(round_scale_ue8m0(1e-10 / 448.0), 2f32.powi(-42));
+        assert_eq!(round_scale_ue8m0(1.0 / 448.0), 2f32.powi(-8));
+        // At and above 2^127: powers stay, the rest stays too (2^128 is not an f32).
+        let top = 2f32.powi(127);
+        assert_eq!(round_scale_ue8m0(top), top);
+        assert_eq!(round_scale_ue8m0(f32::MAX), f32::MAX);
+        assert_eq!(
+            round_scale_ue8m0(f32::from_bits(top.to_bits() + 1)).to_bits(),
+            top.to_bits() + 1
+        );
+        // Specials and what no dynamic scale is.
+        assert!(round_scale_ue8m0(f32::NAN).is_nan());
+        assert_eq!(round_scale_ue8m0(f32::INFINITY), f32::INFINITY);
+        assert_eq!(round_scale_ue8m0(f32::NEG_INFINITY), f32::NEG_INFINITY);
+        assert_eq!(round_scale_ue8m0(0.0).to_bits(), 0);
+        assert_eq!(round_scale_ue8m0(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(round_scale_ue8m0(-0.3), -0.3);
+        assert_eq!(round_scale_ue8m0(-1e-40), -1e-40);
+        // Positive subnormals: the smallest normal.
+        for b in [1u32, 2, 0x40_0000, 0x7f_ffff] {
+            assert_eq!(round_scale_ue8m0(f32::from_bits(b)), f32::MIN_POSITIVE);
+        }
+    }
+
+    #[test]
+    fn ue8m0_rounding_is_the_gpu_formula_on_every_exponent() {
+        // The GPU's statement, transcribed, on a sweep of bit patterns of positive values.
+        let gpu = |bits: u32| -> u32 {
+            let field = (bits >> 23) & 0xff;
+            if field == 0 {
+                if bits != 0 {
+                    0x0080_0000
+                } else {
+                    bits
+                }
+            } else if bits & 0x7f_ffff != 0 && (1..=253).contains(&field) {
+                (bits & 0xff80_0000) + 0x0080_0000
+            } else {
+                bits
+            }
+        };
+        for field in 0..=255u32 {
+            for mant in [0u32, 1, 2, 0x12_3456, 0x40_0000, 0x7f_fffe, 0x7f_ffff] {
+                let bits = (field << 23) | mant;
+                let got = round_scale_ue8m0(f32::from_bits(bits)).to_bits();
+                assert_eq!(got, gpu(bits), "bits {bits:#010x}");
+            }
+        }
+    }
+
+    #[test]
+    fn ue8m0_group_quantization_uses_power_of_two_scales() {
+        let row: Vec<f32> = (0..300).map(|i| (i as f32 - 150.0) * 0.37).collect();
+        let (mut q, mut s) = (vec![0u8; 300], vec![0f32; 3]);
+        quantize_row_groups_as(&row, 128, ScaleDtype::Ue8m0, &mut q, &mut s);
+        let (mut qf, mut sf) = (vec![0u8; 300], vec![0f32; 3]);
+        quantize_row_groups(&row, 128, &mut qf, &mut sf);
+        for (u, f) in s.iter().zip(&sf) {
+            assert_eq!(u.to_bits() & 0x7f_ffff, 0, "{u} is a power of two");
+            assert!(u >= f && *u < 2.0 * f, "{u} is {f} rounded up");
+        }
+        for (i, x) in row.iter().enumerate() {
+            assert_eq!(q[i], f32_to_e4m3(*x / s[i / 128]));
+        }
+        assert_ne!(q, qf);
+        assert_eq!(scale_as(0.3, ScaleDtype::F32), 0.3);
+        assert_eq!(scale_as(0.3, ScaleDtype::Ue8m0), 0.5);
     }
 }

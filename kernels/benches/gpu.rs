@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu};
-use fp8_linear::cuda::{ActQuant, ScaleOrder};
+use fp8_linear::cuda::{ActQuant, Grouping, ScaleOrder};
 use fp8_linear::tables::{CUDA_BLOCK, CUDA_SCALED};
-use fp8_linear::{
-    DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Target, Tensor,
-};
+use fp8_linear::{DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, Target};
 use half::bf16;
-use rand::{Rng, RngCore};
+use rand::Rng;
+
+mod common;
+use common::{median, random_codes, random_scales, runs_on, weights_for};
 
 const MS: [usize; 6] = [1, 16, 64, 128, 512, 4096];
 const SHAPES: [(usize, usize); 6] = [
@@ -60,39 +61,10 @@ impl Bench {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v[v.len() / 2]
-    }
-}
-
-/// Random FP8 codes (NaN patterns replaced), fast enough for 132 MB weights.
-fn random_codes(len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    rand::rng().fill_bytes(&mut v);
-    for b in &mut v {
-        if *b & 0x7f == 0x7f {
-            *b &= 0xfe;
-        }
-    }
-    v
-}
-
-fn random_scales(len: usize) -> Vec<f32> {
-    let mut rng = rand::rng();
-    (0..len)
-        .map(|_| rng.random_range(0.5f32..2.0) / 448.0)
-        .collect()
-}
-
 /// The kernels to time for a shape: (label, entry, config), cuBLASLt block first.
 fn candidates(gpu: &Gpu, n: usize, k: usize) -> Vec<(&'static KernelEntry, LayerConfig)> {
-    let cap = Some(gpu.capability());
-    let runs =
-        |e: &KernelEntry| e.arch.matches(cap) || e.force_arch.is_some_and(|a| a.matches(cap));
+    let cap = gpu.capability();
+    let runs = |e: &KernelEntry| runs_on(e, cap);
     let mut out: Vec<(&'static KernelEntry, LayerConfig)> = Vec::new();
     let block = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
     for e in CUDA_BLOCK.entries {
@@ -113,24 +85,6 @@ fn candidates(gpu: &Gpu, n: usize, k: usize) -> Vec<(&'static KernelEntry, Layer
         }
     }
     out
-}
-
-fn weights_for<'a>(
-    cfg: &LayerConfig,
-    codes: &'a [u8],
-    scales: &'a [f32],
-    one: &'a [f32],
-) -> LayerWeights<'a> {
-    let shape = cfg.weight_scale_shape();
-    let count = shape[0] * shape[1];
-    let act_static = cfg.activation.is_some_and(|a| !a.dynamic);
-    LayerWeights {
-        weight: Tensor::fp8(codes, [cfg.n, cfg.k]),
-        weight_scale: Tensor::f32(&scales[..count], shape),
-        input_scale: act_static.then(|| Tensor::f32(one, [1, 1])),
-        input_scale_ub: None,
-        bias: None,
-    }
 }
 
 fn bench_gemms(
@@ -223,11 +177,11 @@ fn bench_quant(c: &mut Criterion, bench: &mut Bench) -> Vec<(usize, usize, f64, 
                 bench.time(iters, &samples, || {
                     // SAFETY: buffers sized for [m, k], default stream.
                     unsafe {
-                        q.group128(
+                        q.groups(
                             x.ptr(),
                             DType::Bf16,
-                            m,
-                            k,
+                            (m, k),
+                            Grouping::G128,
                             codes.ptr(),
                             k,
                             scales.ptr(),
@@ -333,12 +287,8 @@ fn print_summary(
 }
 
 fn main() {
-    let gpu = match runtime::probe::nvrtc().and_then(|_| Gpu::open(0)) {
-        Ok(g) => g,
-        Err(e) => {
-            println!("skipped: no CUDA device ({e})");
-            return;
-        }
+    let Some(gpu) = common::gpu_or_skip() else {
+        return;
     };
     let mut c = Criterion::default().configure_from_args();
     let mut bench = Bench {

@@ -10,18 +10,20 @@
 //!
 //! `cargo bench -p fp8-linear --bench hopper` (`FP8_BENCH_QUICK=1`: 2 shapes)
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use fp8_linear::cuda::runtime::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu, ModuleSpec};
+use common::{flushed_median, gpu_or_skip, random_codes, Flush};
+use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8, PortableBlockFp8};
 use fp8_linear::{
     DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Registered, Target,
     Tensor,
 };
 use half::bf16;
-use rand::{Rng, RngCore};
+use rand::Rng;
 
 const MS: [usize; 6] = [1, 16, 64, 128, 512, 4096];
 const SHAPES: [(usize, usize); 6] = [
@@ -41,74 +43,6 @@ const KERNELS: [(&str, &KernelEntry, Option<u16>); 4] = [
 ];
 const WARMUP: usize = 3;
 const SAMPLES: usize = 25;
-const FLUSH_BYTES: usize = 256 << 20;
-
-const FLUSH_SRC: &str = r#"
-extern "C" __global__ void l2_flush_read(const uint4* p, unsigned long long n, unsigned* sink) {
-    unsigned acc = 0;
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        uint4 v = p[i];
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; never true for a zero buffer
-}
-"#;
-
-/// The read-only L2 flush: a zeroed buffer read end to end.
-struct Flush {
-    buf: DeviceBuffer<u8>,
-    sink: DeviceBuffer<u8>,
-    func: CudaFunction,
-    blocks: u32,
-}
-
-impl Flush {
-    fn new(gpu: &Arc<Gpu>) -> Self {
-        let (module, _) = gpu
-            .module(&ModuleSpec::new("hopper_bench_flush", FLUSH_SRC))
-            .expect("flush module");
-        Flush {
-            buf: DeviceBuffer::zeros(gpu, FLUSH_BYTES).expect("flush buffer"),
-            sink: DeviceBuffer::zeros(gpu, 4).expect("sink"),
-            func: module.load_function("l2_flush_read").expect("flush kernel"),
-            blocks: gpu.device().sm_count * 8,
-        }
-    }
-
-    fn run(&self, gpu: &Gpu) -> Result<(), String> {
-        let (p, n, sink) = (self.buf.ptr(), (FLUSH_BYTES / 16) as u64, self.sink.ptr());
-        let mut b = gpu.stream().launch_builder(&self.func);
-        b.arg(&p).arg(&n).arg(&sink);
-        let cfg = LaunchConfig {
-            grid_dim: (self.blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: p holds n 16-byte words and sink 4 bytes, both on this GPU.
-        unsafe { b.launch(cfg) }
-            .map(|_| ())
-            .map_err(|e| format!("{e:?}"))
-    }
-}
-
-/// Random FP8 codes with the NaN patterns replaced.
-fn random_codes(len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    rand::rng().fill_bytes(&mut v);
-    for b in &mut v {
-        if *b & 0x7f == 0x7f {
-            *b &= 0xfe;
-        }
-    }
-    v
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 /// Median microseconds of `kernel.apply` on `[m, k]` activations.
 #[allow(clippy::too_many_arguments)]
 fn time_apply(
@@ -122,20 +56,11 @@ fn time_apply(
     nk: (usize, usize),
 ) -> Result<f64, String> {
     let (n, k) = nk;
-    let stream = gpu.stream().clone();
-    let mut samples = Vec::with_capacity(SAMPLES);
-    for i in 0..WARMUP + SAMPLES {
-        flush.run(gpu)?;
-        timer.start(&stream).map_err(|e| e.to_string())?;
+    flushed_median(gpu, timer, flush, (WARMUP, SAMPLES), || {
         kernel
             .apply(&x.tensor([m, k]), &mut out.tensor_mut([m, n]))
-            .map_err(|e| e.to_string())?;
-        let ms = timer.stop(&stream).map_err(|e| e.to_string())?;
-        if i >= WARMUP {
-            samples.push(ms as f64 * 1e3);
-        }
-    }
-    Ok(median(samples))
+            .map_err(|e| e.to_string())
+    })
 }
 
 fn rel_diff(a: &[bf16], b: &[bf16]) -> f64 {
@@ -152,12 +77,8 @@ fn rel_diff(a: &[bf16], b: &[bf16]) -> f64 {
 }
 
 fn main() {
-    let gpu = match runtime::probe::nvrtc().and_then(|_| Gpu::open(0)) {
-        Ok(g) => g,
-        Err(e) => {
-            println!("skipped: no CUDA device ({e})");
-            return;
-        }
+    let Some(gpu) = gpu_or_skip() else {
+        return;
     };
     let cap = gpu.capability();
     if (cap.major, cap.minor) != (9, 0) {

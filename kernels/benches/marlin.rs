@@ -7,10 +7,13 @@
 //! `cargo bench -p fp8-linear --bench marlin` (on a GPU host: see scripts/gpu-bundle.sh).
 //! Prints "skipped: no CUDA device" and exits 0 without a GPU.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{random_codes, Flush};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use fp8_linear::cuda::marlin::plan::MarlinPipeline;
 use fp8_linear::cuda::runtime::cudarc;
@@ -22,78 +25,22 @@ use fp8_linear::{
     Tensor,
 };
 use half::bf16;
-use rand::{Rng, RngCore};
+use rand::Rng;
 
 use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
 use cudarc::driver::CudaSlice;
 
 const MS: [usize; 7] = [1, 4, 16, 32, 64, 128, 256];
 const SHAPES: [(usize, usize); 4] = [(4096, 4096), (4096, 7168), (7168, 16384), (18432, 7168)];
-const FLUSH_BYTES: usize = 256 << 20;
 
 /// Per-launch device times in microseconds, by (shape, M, kernel).
 type Times = BTreeMap<((usize, usize), usize, &'static str), Vec<f64>>;
 static TIMES: Mutex<Times> = Mutex::new(BTreeMap::new());
 
-/// Evicts the weights from L2 before a timed launch by reading a 256 MiB buffer (a read,
-/// not a memset: a write flush leaves L2 full of dirty lines whose write-back would be
-/// charged to the next kernel). It also keeps the GPU busy while the timed launch is
-/// enqueued, so the events time the kernel alone.
-struct Flush {
-    buf: DeviceBuffer<u8>,
-    sink: DeviceBuffer<u8>,
-    func: cudarc::driver::CudaFunction,
-    stream: Arc<cudarc::driver::CudaStream>,
-    blocks: u32,
-}
-
-const FLUSH_SRC: &str = r#"
-extern "C" __global__ void l2_flush_read(const uint4* p, unsigned long long n, unsigned* sink) {
-    unsigned acc = 0;
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        uint4 v = p[i];
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive; never true for zeros
-}
-"#;
-
-impl Flush {
-    fn new(gpu: &Arc<Gpu>) -> Self {
-        let (module, _) = gpu
-            .module(&fp8_linear::cuda::runtime::ModuleSpec::new(
-                "l2_flush", FLUSH_SRC,
-            ))
-            .expect("flush module");
-        Flush {
-            buf: DeviceBuffer::zeros(gpu, FLUSH_BYTES).unwrap(),
-            sink: DeviceBuffer::zeros(gpu, 4).unwrap(),
-            func: module.load_function("l2_flush_read").unwrap(),
-            stream: gpu.stream().clone(),
-            blocks: gpu.device().sm_count * 8,
-        }
-    }
-
-    fn run(&mut self) {
-        use cudarc::driver::PushKernelArg;
-        let (p, n, sink) = (self.buf.ptr(), (FLUSH_BYTES / 16) as u64, self.sink.ptr());
-        let mut b = self.stream.launch_builder(&self.func);
-        b.arg(&p).arg(&n).arg(&sink);
-        let cfg = cudarc::driver::LaunchConfig {
-            grid_dim: (self.blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: p holds n 16-byte words, sink 4 bytes, both on this GPU.
-        unsafe { b.launch(cfg) }.expect("L2 flush");
-    }
-}
-
 /// Times `iters` launches, each after an L2 flush, with CUDA events around the launch alone.
 fn timed(
     gpu: &Arc<Gpu>,
-    flush: &mut Flush,
+    flush: &Flush,
     key: ((usize, usize), usize, &'static str),
     iters: u64,
     mut launch: impl FnMut(),
@@ -102,7 +49,7 @@ fn timed(
     let mut total = 0f64;
     let mut times = Vec::with_capacity(iters as usize);
     for _ in 0..iters {
-        flush.run();
+        flush.run(gpu).expect("L2 flush");
         timer.start(gpu.stream()).unwrap();
         launch();
         let ms = timer.stop(gpu.stream()).unwrap() as f64;
@@ -139,21 +86,10 @@ fn copy_bandwidth(gpu: &Arc<Gpu>) -> f64 {
     2.0 * bytes as f64 / v[v.len() / 2]
 }
 
-fn random_codes(len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    rand::rng().fill_bytes(&mut v);
-    for b in &mut v {
-        if *b & 0x7f == 0x7f {
-            *b &= 0xfe; // no NaN codes
-        }
-    }
-    v
-}
-
 fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
     let (target, options) = (Target::from_gpu(gpu.clone()), KernelOptions::none());
     let mut rng = rand::rng();
-    let mut flush = Flush::new(gpu);
+    let flush = Flush::new(gpu);
     let blas = CudaBlasLT::new(gpu.stream().clone()).expect("cuBLASLt");
     let mut g = c.benchmark_group("marlin-w8a16");
     g.sample_size(10)
@@ -213,7 +149,7 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
 
             g.bench_function(BenchmarkId::new("MarlinFp8", &id), |b| {
                 b.iter_custom(|iters| {
-                    timed(gpu, &mut flush, key("MarlinFp8"), iters, || {
+                    timed(gpu, &flush, key("MarlinFp8"), iters, || {
                         marlin
                             .apply(&xd.tensor([m, k]), &mut out.tensor_mut([m, n]))
                             .unwrap()
@@ -222,7 +158,7 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
             });
             g.bench_function(BenchmarkId::new("cublaslt-bf16", &id), |b| {
                 b.iter_custom(|iters| {
-                    timed(gpu, &mut flush, key("cublaslt-bf16"), iters, || {
+                    timed(gpu, &flush, key("cublaslt-bf16"), iters, || {
                         let cfg = MatmulConfig {
                             transa: true,
                             transb: false,
@@ -255,7 +191,7 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
                 }
                 g.bench_function(BenchmarkId::new(name, &id), |b| {
                     b.iter_custom(|iters| {
-                        timed(gpu, &mut flush, key(name), iters, || {
+                        timed(gpu, &flush, key(name), iters, || {
                             kern.apply(&xd.tensor([m, k]), &mut out.tensor_mut([m, n]))
                                 .unwrap()
                         })
@@ -310,7 +246,7 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
 fn sweep(gpu: &Arc<Gpu>) {
     let (target, options) = (Target::from_gpu(gpu.clone()), KernelOptions::none());
     let tunings = MarlinPipeline::SWEEP;
-    let mut flush = Flush::new(gpu);
+    let flush = Flush::new(gpu);
     let timer = EventTimer::new(gpu).unwrap();
     println!("sweep: median us per call; tunings {tunings:?}");
     for (n, k) in [(4096, 4096), (7168, 16384), (18432, 7168)] {
@@ -338,7 +274,7 @@ fn sweep(gpu: &Arc<Gpu>) {
                 let mut out = DeviceBuffer::<bf16>::zeros(gpu, m * n).unwrap();
                 let mut v = Vec::new();
                 for i in 0..25 {
-                    flush.run();
+                    flush.run(gpu).expect("L2 flush");
                     timer.start(gpu.stream()).unwrap();
                     marlin
                         .apply(&xd.tensor([m, k]), &mut out.tensor_mut([m, n]))

@@ -7,9 +7,10 @@
 //! kernel that mishandled small codes would still pass.
 
 use fp8_linear::cpu::CpuReference;
+use fp8_linear::fp8::round_scale_ue8m0;
 use fp8_linear::{
-    DType, Fp8Kernel, GroupShape, KernelError, LayerConfig, LayerWeights, QuantKey, Tensor,
-    TensorMut,
+    DType, Fp8Kernel, GroupShape, KernelError, LayerConfig, LayerWeights, QuantKey, ScaleDtype,
+    Tensor, TensorMut,
 };
 use rand::Rng;
 
@@ -192,6 +193,12 @@ impl HostLayer {
                 )
             }
         };
+        // ue8m0 weight keys hold powers of two (as the checkpoint reader requires).
+        let scales = if config.weight.scale_dtype == ScaleDtype::Ue8m0 {
+            scales.into_iter().map(round_scale_ue8m0).collect()
+        } else {
+            scales
+        };
         let input_scale = config
             .activation
             .filter(|a| !a.dynamic)
@@ -256,7 +263,12 @@ pub fn reference_rows(
     let mut input_scale = layer.input_scale;
     if let Some(a) = cfg.activation {
         if a.dynamic && matches!(a.group, GroupShape::PerTensor) {
-            input_scale = Some(oracle::dynamic_scale(x, None));
+            let s = oracle::dynamic_scale(x, None);
+            input_scale = Some(if a.scale_dtype == ScaleDtype::Ue8m0 {
+                oracle::ue8m0(s)
+            } else {
+                s
+            });
             cfg.activation = Some(QuantKey {
                 dynamic: false,
                 ..a

@@ -14,6 +14,9 @@
 //! - Dynamic scale of a group of values: `s = fl32(max(absmax, fl32(1e-10)) / 448)` (an f32
 //!   division); per token with an upper bound `ub`, the absmax is clamped to `ub` first:
 //!   `fl32(max(min(absmax, ub), 1e-10) / 448)`. Static per-tensor: the given scale.
+//! - ue8m0 scales (checkpoints with `scale_fmt: "ue8m0"`): each dynamic scale above is
+//!   replaced by the smallest power of two at or above it (found here by stepping through
+//!   the powers of two, no bit tricks); a static scale is used as given.
 //! - Code of `x`: `encode(fl32(x / s))`, the quotient correctly rounded to f32 first.
 //!
 //! Groups are 1 x G along each row (G = 128 for block checkpoints), the last group of a row
@@ -120,6 +123,28 @@ pub fn dynamic_scale(xs: &[f32], ub: Option<f32>) -> f32 {
     div_f32(a.max(MIN_ABSMAX), 448.0)
 }
 
+/// The ue8m0 form of a dynamic scale: the smallest power of two (from 2^-126 up) at or
+/// above `s`, by search; `s` itself when it is not positive and finite.
+pub fn ue8m0(s: f32) -> f32 {
+    if !(s > 0.0 && s.is_finite()) {
+        return s;
+    }
+    let mut p = 2f64.powi(-126);
+    while p < f64::from(s) {
+        p *= 2.0;
+    }
+    p as f32
+}
+
+/// A dynamic scale as the layer keeps it: [`ue8m0`] of it when `pow2`.
+fn kept(s: f32, pow2: bool) -> f32 {
+    if pow2 {
+        ue8m0(s)
+    } else {
+        s
+    }
+}
+
 /// Codes of `xs` with one scale.
 pub fn codes(xs: &[f32], scale: f32) -> Vec<u8> {
     xs.iter().map(|&x| encode(div_f32(x, scale))).collect()
@@ -128,12 +153,23 @@ pub fn codes(xs: &[f32], scale: f32) -> Vec<u8> {
 /// Dynamic 1 x `group` quantization of `x` `[m, k]`: codes `[m, k]`, scales
 /// `[m, ceil(k / group)]`, row-major.
 pub fn quantize_groups(x: &[f32], m: usize, k: usize, group: usize) -> (Vec<u8>, Vec<f32>) {
+    quantize_groups_as(x, m, k, group, false)
+}
+
+/// [`quantize_groups`] with ue8m0 scales when `pow2`.
+pub fn quantize_groups_as(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    group: usize,
+    pow2: bool,
+) -> (Vec<u8>, Vec<f32>) {
     assert_eq!(x.len(), m * k, "x is [m, k]");
     let mut q = Vec::with_capacity(m * k);
     let mut s = Vec::with_capacity(m * k.div_ceil(group));
     for row in x.chunks(k) {
         for g in row.chunks(group) {
-            let scale = dynamic_scale(g, None);
+            let scale = kept(dynamic_scale(g, None), pow2);
             s.push(scale);
             q.extend(codes(g, scale));
         }
@@ -144,11 +180,22 @@ pub fn quantize_groups(x: &[f32], m: usize, k: usize, group: usize) -> (Vec<u8>,
 /// Dynamic per-token quantization of `x` `[m, k]` with an optional upper bound: codes
 /// `[m, k]`, one scale per row.
 pub fn quantize_per_token(x: &[f32], m: usize, k: usize, ub: Option<f32>) -> (Vec<u8>, Vec<f32>) {
+    quantize_per_token_as(x, m, k, ub, false)
+}
+
+/// [`quantize_per_token`] with ue8m0 scales when `pow2` (the bound applies first).
+pub fn quantize_per_token_as(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    ub: Option<f32>,
+    pow2: bool,
+) -> (Vec<u8>, Vec<f32>) {
     assert_eq!(x.len(), m * k, "x is [m, k]");
     let mut q = Vec::with_capacity(m * k);
     let mut s = Vec::with_capacity(m);
     for row in x.chunks(k) {
-        let scale = dynamic_scale(row, ub);
+        let scale = kept(dynamic_scale(row, ub), pow2);
         s.push(scale);
         q.extend(codes(row, scale));
     }
@@ -157,7 +204,13 @@ pub fn quantize_per_token(x: &[f32], m: usize, k: usize, ub: Option<f32>) -> (Ve
 
 /// Per-tensor quantization: the static `scale`, or the dynamic scale of all of `x`.
 pub fn quantize_per_tensor(x: &[f32], scale: Option<f32>) -> (Vec<u8>, f32) {
-    let s = scale.unwrap_or_else(|| dynamic_scale(x, None));
+    quantize_per_tensor_as(x, scale, false)
+}
+
+/// [`quantize_per_tensor`] with a ue8m0 dynamic scale when `pow2` (a static scale is used
+/// as given).
+pub fn quantize_per_tensor_as(x: &[f32], scale: Option<f32>, pow2: bool) -> (Vec<u8>, f32) {
+    let s = scale.unwrap_or_else(|| kept(dynamic_scale(x, None), pow2));
     (codes(x, s), s)
 }
 
@@ -360,6 +413,23 @@ mod tests {
         assert_eq!(value(0x7f), None);
         assert_eq!(value(0xff), None);
         assert_eq!(value(0xc4), Some(-3.0));
+    }
+
+    #[test]
+    fn ue8m0_is_the_next_power_of_two_up() {
+        assert_eq!(ue8m0(1.0), 1.0);
+        assert_eq!(ue8m0(0.3), 0.5);
+        assert_eq!(ue8m0(0.25), 0.25);
+        // Just above a power of two (one ulp): the next one up.
+        assert_eq!(ue8m0(f32::from_bits(0x3f80_0001)), 2.0);
+        assert_eq!(ue8m0(1e-10 / 448.0), 2f32.powi(-42));
+        assert_eq!(ue8m0(0.0), 0.0);
+        assert!(ue8m0(f32::NAN).is_nan());
+        // ue8m0 scales are powers of two: the codes are those of an exact division.
+        let x = [3.0f32, -0.7, 100.0];
+        let (q, s) = quantize_groups_as(&x, 1, 3, 3, true);
+        assert_eq!(s, vec![0.25]); // 100 / 448 = 0.223 -> 0.25
+        assert_eq!(q, codes(&x, 0.25));
     }
 
     #[test]

@@ -21,8 +21,14 @@ fn second_load_comes_from_disk() {
     };
     let specs: Vec<(&str, ModuleSpec)> = vec![
         ("quant", sources::quant_module()),
-        ("block_gemm BM=128", sources::block_gemm_module(4, 4)),
-        ("block_gemm BM=32", sources::block_gemm_module(1, 4)),
+        (
+            "block_gemm BM=128",
+            sources::block_gemm_module(4, 4, (128, 128)),
+        ),
+        (
+            "block_gemm BM=32",
+            sources::block_gemm_module(1, 4, (128, 128)),
+        ),
     ];
     for (what, spec) in &specs {
         gpu.forget_modules();

@@ -94,7 +94,7 @@ fn selected_first_on_hopper() {
 /// worst elements, printed; then each kernel's bounds.
 #[test]
 fn diagnose_small_m() {
-    use fp8_linear::cuda::{ActQuant, PortableBlockFp8, ScaleOrder};
+    use fp8_linear::cuda::{ActQuant, Grouping, PortableBlockFp8, ScaleOrder};
     use fp8_linear_tests::gpu::upload_as;
     let Some(gpu) = hopper("diagnose_small_m") else {
         return;
@@ -139,11 +139,11 @@ fn diagnose_small_m() {
         // SAFETY: sizes as allocated above; every buffer is on the GPU handle's stream.
         unsafe {
             quant
-                .group128(
+                .groups(
                     xptr,
                     DType::Bf16,
-                    m,
-                    k,
+                    (m, k),
+                    Grouping::G128,
                     qd.ptr(),
                     ldk,
                     sd.ptr(),

@@ -72,6 +72,9 @@ enum Kind {
     TokenTensorWeight,
     /// FP8 weight with this key, unquantized activations (W8A16).
     WeightOnly(QuantKey),
+    /// `rows` x `cols` weight blocks, dynamic 1 x `cols` activation groups; power-of-two
+    /// (ue8m0) weight and activation scales when `ue8m0`.
+    Layout { rows: u32, cols: u32, ue8m0: bool },
 }
 
 impl Kind {
@@ -92,6 +95,14 @@ impl Kind {
                 output_dtype: out,
                 ..LayerConfig::weight_only(key, n, k, input)
             },
+            Kind::Layout { rows, cols, ue8m0 } => {
+                let scale_dtype = if ue8m0 {
+                    ScaleDtype::Ue8m0
+                } else {
+                    ScaleDtype::F32
+                };
+                LayerConfig::block(n, k, (rows, cols), scale_dtype, input, out)
+            }
         };
         LayerConfig { bias, ..c }
     }
@@ -104,6 +115,9 @@ impl Kind {
             Kind::TokenChannel => "token/channel".into(),
             Kind::TokenTensorWeight => "token/tensor-w".into(),
             Kind::WeightOnly(key) => format!("w8a16 {}", key.group),
+            Kind::Layout { rows, cols, ue8m0 } => {
+                format!("block{rows}x{cols}{}", if ue8m0 { "/ue8m0" } else { "" })
+            }
         }
     }
 }
@@ -174,6 +188,56 @@ const WEIGHT_ONLY_KINDS: &[Kind] = &[
     Kind::WeightOnly(QuantKey::WEIGHT_PER_TENSOR),
     Kind::WeightOnly(WEIGHT_GROUP_128),
     Kind::WeightOnly(QuantKey::WEIGHT_BLOCK_128),
+];
+
+/// The checkpoint layouts besides 128x128 f32 (32x32 ue8m0 is DeepSeek's 2026 layout;
+/// 8, 16 and 96 rows only the portable kernel takes).
+const LAYOUT_KINDS: &[Kind] = &[
+    Kind::Layout {
+        rows: 32,
+        cols: 32,
+        ue8m0: false,
+    },
+    Kind::Layout {
+        rows: 32,
+        cols: 32,
+        ue8m0: true,
+    },
+    Kind::Layout {
+        rows: 64,
+        cols: 64,
+        ue8m0: false,
+    },
+    Kind::Layout {
+        rows: 128,
+        cols: 64,
+        ue8m0: false,
+    },
+    Kind::Layout {
+        rows: 64,
+        cols: 128,
+        ue8m0: true,
+    },
+    Kind::Layout {
+        rows: 16,
+        cols: 128,
+        ue8m0: false,
+    },
+    Kind::Layout {
+        rows: 8,
+        cols: 32,
+        ue8m0: false,
+    },
+    Kind::Layout {
+        rows: 96,
+        cols: 128,
+        ue8m0: false,
+    },
+    Kind::Layout {
+        rows: 128,
+        cols: 128,
+        ue8m0: true,
+    },
 ];
 
 const ROWS: &[Row] = &[
@@ -327,6 +391,48 @@ const ROWS: &[Row] = &[
         device_weights: true,
         gen: WeightGen::LargeScales,
         variants: &[Variant::CompileFor(SM80)],
+    },
+    Row {
+        // Tails in N and K against every block shape (7748 = 60.5 x 128, 3884 = 121.4 x 32),
+        // K below one block, one row and many; split-K and unsplit; Marlin's sm_80 code.
+        what: "layouts",
+        kinds: LAYOUT_KINDS,
+        shapes: &[
+            (7748, 3884),
+            (2112, 1536),
+            (300, 200),
+            (129, 130),
+            (64, 32),
+            (1, 1),
+        ],
+        dtypes: &[(Bf16, Bf16)],
+        ms: &[1, 7, 16, 33, 130, 1000],
+        bias: false,
+        device_weights: false,
+        gen: WeightGen::Spread(5),
+        variants: &[Variant::MaxSplits(1), Variant::CompileFor(SM80)],
+    },
+    Row {
+        what: "layouts, dtypes, bias, device weights",
+        kinds: &[
+            Kind::Layout {
+                rows: 32,
+                cols: 32,
+                ue8m0: true,
+            },
+            Kind::Layout {
+                rows: 128,
+                cols: 64,
+                ue8m0: false,
+            },
+        ],
+        shapes: &[(520, 1000), (257, 259)],
+        dtypes: &[(F32, F32), (F16, F16), (Bf16, F32)],
+        ms: &[5, 300],
+        bias: true,
+        device_weights: true,
+        gen: WeightGen::Spread(4),
+        variants: &[],
     },
     Row {
         what: "weight-only, ragged, bias",

@@ -2,9 +2,10 @@
 //! (`fp8_linear_tests::oracle`, an f64 statement of the spec that shares no code with any
 //! quantizer) and, beside it, against the CPU quantizer, bit for bit (codes and scales):
 //! on the hand-derived cases, then on fresh nasty data (outliers, an all-zero group, exact
-//! ties, values below the absmax floor, magnitudes over 28 binades): 1x128 groups (row- and
-//! column-major scales), per-token (with and without an upper bound), per-tensor static and
-//! dynamic; f32, f16 and bf16 input; ragged K. Every output buffer (codes with their row
+//! ties, values below the absmax floor, magnitudes over 28 binades): 1x32, 1x64 and 1x128
+//! groups (row- and column-major scales), per-token (with and without an upper bound),
+//! per-tensor static and dynamic, each dynamic one with f32 and with ue8m0 (power-of-two)
+//! scales; f32, f16 and bf16 input; ragged K. Every output buffer (codes with their row
 //! padding, scales) is poisoned before each call, so an element the kernel does not write,
 //! padding included, shows. Skips without a GPU unless FP8_REQUIRE_CUDA=1.
 
@@ -12,8 +13,8 @@ use std::sync::Arc;
 
 use fp8_linear::cpu::quantize;
 use fp8_linear::cuda::runtime::{DeviceBuffer, Gpu};
-use fp8_linear::cuda::{ActQuant, ScaleOrder};
-use fp8_linear::DType;
+use fp8_linear::cuda::{ActQuant, Grouping, ScaleOrder};
+use fp8_linear::{DType, ScaleDtype};
 use fp8_linear_tests::gpu::{gpu_or_skip, upload_as, AnyBuffer};
 use fp8_linear_tests::layers::nasty_activations;
 use fp8_linear_tests::oracle::{self, How};
@@ -68,6 +69,15 @@ fn check_codes(what: &str, got: &[u8], want: &[u8], x: &[f32], m: usize, k: usiz
     }
 }
 
+/// The scale format of a quantization with power-of-two scales or not.
+fn fmt(ue8m0: bool) -> ScaleDtype {
+    if ue8m0 {
+        ScaleDtype::Ue8m0
+    } else {
+        ScaleDtype::F32
+    }
+}
+
 fn check_scale(what: &str, got: f32, want: f32) {
     assert_eq!(
         got.to_bits(),
@@ -76,15 +86,23 @@ fn check_scale(what: &str, got: f32, want: f32) {
     );
 }
 
-/// Runs the GPU group quantization of `x` `[m, k]` (uploaded as `d`) and checks it against
-/// the oracle and the CPU quantizer; returns nothing, panics on a difference.
-fn check_group128(gpu: &Arc<Gpu>, q: &ActQuant, x: &[f32], m: usize, k: usize, d: DType) {
+/// Runs the GPU group quantization (`grouping`) of `x` `[m, k]` (uploaded as `d`) and checks
+/// it against the oracle and the CPU quantizer; returns nothing, panics on a difference.
+fn check_groups(
+    gpu: &Arc<Gpu>,
+    q: &ActQuant,
+    x: &[f32],
+    (m, k): (usize, usize),
+    d: DType,
+    grouping: Grouping,
+) {
     let (xb, exact) = upload_as(gpu, x, d);
     let ptr = device_ptr(&xb, m, k);
     let ldq = k.div_ceil(16) * 16;
-    let g = k.div_ceil(128);
-    let (want_q, want_s) = oracle::quantize_groups(&exact, m, k, 128);
-    let (cpu_q, cpu_s) = quantize::per_token_group(&exact, m, k, 128);
+    let gs = grouping.cols;
+    let g = k.div_ceil(gs);
+    let (want_q, want_s) = oracle::quantize_groups_as(&exact, m, k, gs, grouping.ue8m0);
+    let (cpu_q, cpu_s) = quantize::per_token_group_fmt(&exact, m, k, gs, fmt(grouping.ue8m0));
     assert_eq!(cpu_q, want_q, "the CPU quantizer differs from the oracle");
     assert_eq!(cpu_s, want_s, "the CPU quantizer differs from the oracle");
     let ld = m.div_ceil(4) * 4 + 4;
@@ -96,8 +114,20 @@ fn check_group128(gpu: &Arc<Gpu>, q: &ActQuant, x: &[f32], m: usize, k: usize, d
         let codes = poisoned_codes(gpu, m * ldq);
         let scales = poisoned_scales(gpu, ld * g);
         // SAFETY: buffers sized as the call requires, all on the GPU handle's stream.
-        unsafe { q.group128(ptr, d, m, k, codes.ptr(), ldq, scales.ptr(), order) }.unwrap();
-        let what = format!("group128 {d} M={m} K={k} {order:?}");
+        unsafe {
+            q.groups(
+                ptr,
+                d,
+                (m, k),
+                grouping,
+                codes.ptr(),
+                ldq,
+                scales.ptr(),
+                order,
+            )
+        }
+        .unwrap();
+        let what = format!("groups {grouping:?} {d} M={m} K={k} {order:?}");
         check_codes(&what, &codes.to_host().unwrap(), &want_q, &exact, m, k, ldq);
         let got_s = scales.to_host().unwrap();
         for r in 0..m {
@@ -125,7 +155,13 @@ fn check_scaled(gpu: &Arc<Gpu>, q: &ActQuant, x: &[f32], m: usize, k: usize, d: 
     let amax = DeviceBuffer::<f32>::zeros(gpu, 1).unwrap();
     // Per token, with and without an upper bound that clips some rows (and one below the
     // absmax floor, which clips every row).
-    for ub in [None, Some(3.0f32), Some(1e-12)] {
+    for (ub, pow2) in [
+        (None, false),
+        (Some(3.0f32), false),
+        (Some(1e-12), false),
+        (None, true),
+        (Some(3.0f32), true),
+    ] {
         let codes = poisoned_codes(gpu, m * ldq);
         let scales = poisoned_scales(gpu, m);
         let ub_buf = ub.map(|u| DeviceBuffer::from_host(gpu, &[u]).unwrap());
@@ -140,23 +176,24 @@ fn check_scaled(gpu: &Arc<Gpu>, q: &ActQuant, x: &[f32], m: usize, k: usize, d: 
                 ldq,
                 scales.ptr(),
                 ub_buf.as_ref().map(|b| b.ptr()),
+                pow2,
             )
         }
         .unwrap();
-        let (want_q, want_s) = oracle::quantize_per_token(&exact, m, k, ub);
+        let (want_q, want_s) = oracle::quantize_per_token_as(&exact, m, k, ub, pow2);
         let mut cpu_q = vec![0u8; m * k];
         let mut cpu_s = vec![0f32; m];
-        quantize::per_token_into(&exact, k, ub, &mut cpu_q, &mut cpu_s);
+        quantize::per_token_fmt_into(&exact, k, ub, fmt(pow2), &mut cpu_q, &mut cpu_s);
         assert_eq!(cpu_q, want_q, "the CPU quantizer differs from the oracle");
         assert_eq!(cpu_s, want_s, "the CPU quantizer differs from the oracle");
-        let what = format!("per-token ub={ub:?} {d} M={m} K={k}");
+        let what = format!("per-token ub={ub:?} ue8m0={pow2} {d} M={m} K={k}");
         check_codes(&what, &codes.to_host().unwrap(), &want_q, &exact, m, k, ldq);
         for (r, s) in scales.to_host().unwrap().iter().enumerate() {
             check_scale(&format!("{what}: scale of row {r}"), *s, want_s[r]);
         }
     }
     // Per tensor: dynamic, then static.
-    for fixed in [None, Some(0.0123f32)] {
+    for (fixed, pow2) in [(None, false), (Some(0.0123f32), false), (None, true)] {
         let codes = poisoned_codes(gpu, m * ldq);
         let scales = poisoned_scales(gpu, m);
         let one = poisoned_scales(gpu, 1);
@@ -174,15 +211,16 @@ fn check_scaled(gpu: &Arc<Gpu>, q: &ActQuant, x: &[f32], m: usize, k: usize, d: 
                 amax.ptr(),
                 Some(scales.ptr()),
                 Some(one.ptr()),
+                pow2,
             )
         }
         .unwrap();
-        let (want_q, want_s) = oracle::quantize_per_tensor(&exact, fixed);
+        let (want_q, want_s) = oracle::quantize_per_tensor_as(&exact, fixed, pow2);
         let mut cpu_q = vec![0u8; m * k];
-        let cpu_s = quantize::per_tensor_into(&exact, fixed, &mut cpu_q);
+        let cpu_s = quantize::per_tensor_fmt_into(&exact, fixed, fmt(pow2), &mut cpu_q);
         assert_eq!(cpu_q, want_q, "the CPU quantizer differs from the oracle");
         assert_eq!(cpu_s.to_bits(), want_s.to_bits());
-        let what = format!("per-tensor {fixed:?} {d} M={m} K={k}");
+        let what = format!("per-tensor {fixed:?} ue8m0={pow2} {d} M={m} K={k}");
         check_codes(&what, &codes.to_host().unwrap(), &want_q, &exact, m, k, ldq);
         for (r, s) in scales.to_host().unwrap().iter().enumerate() {
             check_scale(&format!("{what}: scale of row {r}"), *s, want_s);
@@ -215,17 +253,19 @@ fn hand_derived_cases_on_the_gpu() {
         // SAFETY: buffers sized as each call requires, on the GPU handle's stream.
         unsafe {
             match c.how {
-                How::Groups(128) => q.group128(
+                How::Groups(g) => q.groups(
                     ptr,
                     DType::F32,
-                    cm,
-                    ck,
+                    (cm, ck),
+                    Grouping {
+                        cols: g,
+                        ue8m0: false,
+                    },
                     codes.ptr(),
                     ldq,
                     scales.ptr(),
                     ScaleOrder::RowMajor,
                 ),
-                How::Groups(g) => panic!("the GPU quantizes 1x128 groups, not 1x{g}"),
                 How::PerToken(ub) => {
                     let ub_buf = ub.map(|u| DeviceBuffer::from_host(&gpu, &[u]).unwrap());
                     let r = q.per_token(
@@ -237,6 +277,7 @@ fn hand_derived_cases_on_the_gpu() {
                         ldq,
                         scales.ptr(),
                         ub_buf.as_ref().map(|b| b.ptr()),
+                        false,
                     );
                     gpu.synchronize().unwrap();
                     r
@@ -254,6 +295,7 @@ fn hand_derived_cases_on_the_gpu() {
                         amax.ptr(),
                         None,
                         Some(one.ptr()),
+                        false,
                     );
                     gpu.synchronize().unwrap();
                     r
@@ -281,18 +323,24 @@ fn hand_derived_cases_on_the_gpu() {
 }
 
 #[test]
-fn group128_bit_exact() {
-    let Some(gpu) = gpu_or_skip("group128_bit_exact") else {
+fn groups_bit_exact() {
+    let Some(gpu) = gpu_or_skip("groups_bit_exact") else {
         return;
     };
     let q = ActQuant::new(&gpu).unwrap();
-    for d in DTYPES {
-        for (m, k) in SHAPES {
-            check_group128(&gpu, &q, &nasty_activations(m, k), m, k, d);
+    for cols in [32, 64, 128] {
+        for ue8m0 in [false, true] {
+            for d in DTYPES {
+                for (m, k) in SHAPES {
+                    let x = nasty_activations(m, k);
+                    check_groups(&gpu, &q, &x, (m, k), d, Grouping { cols, ue8m0 });
+                }
+            }
         }
     }
     eprintln!(
-        "group128: bit-exact with the oracle for f32/f16/bf16 input, {} shapes, every scale order",
+        "groups of 32, 64, 128 with f32 and ue8m0 scales: bit-exact with the oracle for \
+         f32/f16/bf16 input, {} shapes, every scale order",
         SHAPES.len()
     );
 }

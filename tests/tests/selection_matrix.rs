@@ -1,8 +1,10 @@
 //! The selection matrix: for every device profile, every layer kind and both 16-bit output
 //! dtypes, the kernel chosen (or `-` when nothing fits, in which case the error must list
-//! every candidate of the table with its reason). Update the table when a kernel is added.
+//! every candidate of the table with its reason); and for every device profile and every
+//! checkpoint layout (weight block shape, f32 or ue8m0 scales), the kernel chosen. Update
+//! the tables when a kernel is added.
 
-use fp8_linear::{DType, Device, LayerConfig, Overrides, QuantKey, SelectError};
+use fp8_linear::{DType, Device, LayerConfig, Overrides, QuantKey, ScaleDtype, SelectError};
 
 /// Columns of [`EXPECTED`], each for bf16 then f16 output.
 const KINDS: [&str; 4] = ["block", "per-tensor-static", "per-token", "per-channel"];
@@ -74,9 +76,32 @@ fn every_profile_has_a_row() {
     }
 }
 
+/// The kernel the built-in tables select for `cfg` on `device`, or `-` when none fits (the
+/// error then gives one reason per candidate of the table).
+fn selected(device: &Device, cfg: &LayerConfig, what: &str) -> String {
+    match fp8_linear::tables::BUILTIN.select(device, cfg, &Overrides::none()) {
+        Ok(s) => s.entry.name.to_string(),
+        Err(SelectError::NoKernel { table, reasons, .. }) => {
+            let t = fp8_linear::tables::BUILTIN
+                .tables()
+                .iter()
+                .find(|t| t.name == table)
+                .unwrap();
+            assert_eq!(
+                reasons.len(),
+                t.entries.len(),
+                "{what}: the error must give one reason per candidate"
+            );
+            assert!(reasons.iter().all(|(_, r)| !r.is_empty()), "{what}");
+            "-".to_string()
+        }
+        Err(SelectError::NoTable { .. }) => "-".to_string(),
+        Err(e) => panic!("unexpected error for {what}: {e}"),
+    }
+}
+
 #[test]
 fn selection_matrix() {
-    let ov = Overrides::none();
     let mut mismatches = Vec::new();
     for (profile, row) in EXPECTED {
         let device = Device::profile(profile).unwrap();
@@ -88,25 +113,7 @@ fn selection_matrix() {
                 DType::F16
             };
             let cfg = config(kind, out);
-            let got = match fp8_linear::tables::BUILTIN.select(&device, &cfg, &ov) {
-                Ok(s) => s.entry.name.to_string(),
-                Err(SelectError::NoKernel { table, reasons, .. }) => {
-                    let t = fp8_linear::tables::BUILTIN
-                        .tables()
-                        .iter()
-                        .find(|t| t.name == table)
-                        .unwrap();
-                    assert_eq!(
-                        reasons.len(),
-                        t.entries.len(),
-                        "the error must give one reason per candidate"
-                    );
-                    assert!(reasons.iter().all(|(_, r)| !r.is_empty()));
-                    "-".to_string()
-                }
-                Err(SelectError::NoTable { .. }) => "-".to_string(),
-                Err(e) => panic!("unexpected error for {profile} {kind} {out}: {e}"),
-            };
+            let got = selected(&device, &cfg, &format!("{profile} {kind} {out}"));
             if got != *want {
                 mismatches.push(format!(
                     "{profile:>8} {kind:>18} {out:>4}: expected {want}, got {got}"
@@ -117,6 +124,101 @@ fn selection_matrix() {
     assert!(
         mismatches.is_empty(),
         "selection matrix mismatches:\n{}",
+        mismatches.join("\n")
+    );
+}
+
+/// The layouts of [`LAYOUT_EXPECTED`]: (rows along N, cols along K, ue8m0 scales).
+const LAYOUTS: [(u32, u32, bool); 10] = [
+    (128, 128, true),
+    (32, 32, false),
+    (32, 32, true),
+    (64, 64, false),
+    (128, 64, false),
+    (64, 128, false),
+    (16, 128, false),
+    (8, 32, false),
+    (96, 128, false),
+    (128, 16, false),
+];
+
+/// A bf16 layer of 4096 x 7168 in R x C blocks with dynamic 1 x C activation groups.
+fn layout_config((rows, cols, ue8m0): (u32, u32, bool)) -> LayerConfig {
+    let scale_dtype = if ue8m0 {
+        ScaleDtype::Ue8m0
+    } else {
+        ScaleDtype::F32
+    };
+    LayerConfig::block(
+        4096,
+        7168,
+        (rows, cols),
+        scale_dtype,
+        DType::Bf16,
+        DType::Bf16,
+    )
+}
+
+/// Ampere: Marlin (W8A16) takes every block whose K width is a multiple of 32.
+const AMPERE_LAYOUTS: [&str; 10] = [
+    MARLIN, MARLIN, MARLIN, MARLIN, MARLIN, MARLIN, MARLIN, MARLIN, MARLIN, "-",
+];
+/// Ada and newer without Hopper's kernels: the portable kernel takes every R x C block with
+/// R a multiple of 8 and C 32, 64 or 128.
+const PORTABLE_LAYOUTS: [&str; 10] = [
+    PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, "-",
+];
+/// Hopper: cuBLASLt for 128x128 (ue8m0 too: the scales are f32 powers of two), the wgmma
+/// kernel for 32, 64 or 128 rows, the portable kernel for the other multiples of 8.
+const HOPPER_LAYOUTS: [&str; 10] = [
+    LT_BLOCK, HOP, HOP, HOP, HOP, HOP, PORTABLE, PORTABLE, PORTABLE, "-",
+];
+
+/// (profile, the kernel for each of [`LAYOUTS`])
+const LAYOUT_EXPECTED: &[(&str, [&str; 10])] = &[
+    ("cpu", [CPU; 10]),
+    ("v100", ["-"; 10]),
+    ("t4", ["-"; 10]),
+    ("a100", AMPERE_LAYOUTS),
+    ("a10", AMPERE_LAYOUTS),
+    ("rtx3090", AMPERE_LAYOUTS),
+    ("l4", PORTABLE_LAYOUTS),
+    ("l40s", PORTABLE_LAYOUTS),
+    ("rtx4090", PORTABLE_LAYOUTS),
+    ("h100", HOPPER_LAYOUTS),
+    ("h200", HOPPER_LAYOUTS),
+    ("b200", PORTABLE_LAYOUTS),
+    ("rtx5090", PORTABLE_LAYOUTS),
+    ("sm89", PORTABLE_LAYOUTS),
+];
+
+#[test]
+fn every_profile_has_a_layout_row() {
+    for p in Device::profile_names() {
+        assert!(
+            LAYOUT_EXPECTED.iter().any(|(name, _)| *name == p),
+            "profile {p} missing from the layout matrix"
+        );
+    }
+}
+
+#[test]
+fn layout_matrix() {
+    let mut mismatches = Vec::new();
+    for (profile, row) in LAYOUT_EXPECTED {
+        let device = Device::profile(profile).unwrap();
+        for (layout, want) in LAYOUTS.iter().zip(row) {
+            let cfg = layout_config(*layout);
+            let what = format!("{profile} {}", cfg.weight);
+            let got = selected(&device, &cfg, &what);
+            if got != *want {
+                mismatches.push(format!("{what}: expected {want}, got {got}"));
+            }
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "layout matrix mismatches:\n{}",
         mismatches.join("\n")
     );
 }

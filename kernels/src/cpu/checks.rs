@@ -1,6 +1,6 @@
 //! The config check shared by the CPU kernels.
 
-use fp8_linear_core::quant::{GroupShape, ScaleDtype};
+use fp8_linear_core::quant::GroupShape;
 use fp8_linear_core::validate::check_config_basics;
 use fp8_linear_core::{DType, LayerConfig, Unsupported};
 
@@ -10,7 +10,9 @@ const fn float_io(d: DType) -> bool {
 
 /// What the CPU kernels accept: any N, K >= 1; f32/bf16/f16 input and output; any weight
 /// scale granularity; dynamic per-group, dynamic per-token, or per-tensor (static or
-/// dynamic) activations, or none (weight-only).
+/// dynamic) activations, or none (weight-only). Activation scales may be f32 or ue8m0: ue8m0
+/// dynamic scales are rounded up to powers of two (see [`super::reference`]); a static
+/// per-tensor input scale is used as given.
 pub const fn cpu_can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
     if let Err(e) = check_config_basics(config) {
         return Err(e);
@@ -22,11 +24,6 @@ pub const fn cpu_can_implement(config: &LayerConfig) -> Result<(), Unsupported> 
         return Err(Unsupported::new("output dtype must be f32, bf16 or f16"));
     }
     if let Some(a) = config.activation {
-        if matches!(a.scale_dtype, ScaleDtype::Ue8m0) {
-            return Err(Unsupported::new(
-                "ue8m0 activation scales are not supported (use f32 activation scales)",
-            ));
-        }
         match a.group {
             GroupShape::Group { .. } | GroupShape::PerToken if !a.dynamic => {
                 return Err(Unsupported::new(

@@ -231,38 +231,44 @@ pub struct ActScratch {
 }
 
 impl ActScratch {
-    /// Quantizes `self.x` (`[m, k]`) per the config; returns the scale of element `(i, kk)`
-    /// through [`ActScratch::scale`]. A no-op for weight-only layers.
+    /// Quantizes `self.x` (`[m, k]`) per the config's activation key (its granularity and
+    /// its scale format: ue8m0 dynamic scales are rounded up to powers of two, a static
+    /// input scale is used as given); returns the scale of element `(i, kk)` through
+    /// [`ActScratch::scale`]. A no-op for weight-only layers.
     pub fn quantize(&mut self, config: &LayerConfig, w: &HostWeights, m: usize) {
         let k = config.k;
         let Some(key) = config.activation else {
             return;
         };
+        let fmt = key.scale_dtype;
         self.codes.resize(m * k, 0);
         match key.group {
             GroupShape::Group { cols } => {
                 self.scales.resize(m * k.div_ceil(cols as usize), 0.0);
-                quantize::per_token_group_into(
+                quantize::per_token_group_fmt_into(
                     &self.x,
                     k,
                     cols as usize,
+                    fmt,
                     &mut self.codes,
                     &mut self.scales,
                 );
             }
             GroupShape::PerToken | GroupShape::PerChannel | GroupShape::Block { .. } => {
                 self.scales.resize(m, 0.0);
-                quantize::per_token_into(
+                quantize::per_token_fmt_into(
                     &self.x,
                     k,
                     w.input_scale_ub,
+                    fmt,
                     &mut self.codes,
                     &mut self.scales,
                 );
             }
             GroupShape::PerTensor => {
                 self.scales.resize(1, 0.0);
-                self.scales[0] = quantize::per_tensor_into(&self.x, w.input_scale, &mut self.codes);
+                self.scales[0] =
+                    quantize::per_tensor_fmt_into(&self.x, w.input_scale, fmt, &mut self.codes);
             }
         }
     }

@@ -3,36 +3,85 @@
 //! [`super::reference`], which implements it again on its own for the f64 reference; the
 //! GPU quantizer must produce bit-identical codes and scales on the same input, and the
 //! tests check all of them against a third, test-only statement.
+//!
+//! Every function comes in two forms: the plain one with f32 scales, and a `_fmt` one that
+//! takes the activation key's [`ScaleDtype`]: with [`ScaleDtype::Ue8m0`] each dynamic scale
+//! is rounded up to a power of two (`fp8_linear_core::fp8::round_scale_ue8m0`, after the `ub` clamp of per-token
+//! scales) and the codes are computed with the rounded scale; a static (given) scale is used
+//! as it is.
 
-use fp8_linear_core::fp8::{f32_to_e4m3, group_scale, quantize_row_groups, E4M3_MAX, MIN_ABSMAX};
+use fp8_linear_core::fp8::{
+    f32_to_e4m3, group_scale, quantize_row_groups_as, scale_as, E4M3_MAX, MIN_ABSMAX,
+};
+use fp8_linear_core::quant::ScaleDtype;
 
 /// Dynamic per-token-group quantization of a row-major `[m, k]` matrix: returns the FP8
-/// codes `[m, k]` and the scales `[m, ceil(k / group)]` (row-major).
+/// codes `[m, k]` and the scales `[m, ceil(k / group)]` (row-major). f32 scales: see
+/// [`per_token_group_fmt`].
 pub fn per_token_group(x: &[f32], m: usize, k: usize, group: usize) -> (Vec<u8>, Vec<f32>) {
+    per_token_group_fmt(x, m, k, group, ScaleDtype::F32)
+}
+
+/// [`per_token_group`] with the scales in the format `fmt` (powers of two for
+/// [`ScaleDtype::Ue8m0`]).
+pub fn per_token_group_fmt(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    group: usize,
+    fmt: ScaleDtype,
+) -> (Vec<u8>, Vec<f32>) {
     let groups = k.div_ceil(group);
     let mut q = vec![0u8; m * k];
     let mut s = vec![0f32; m * groups];
-    per_token_group_into(x, k, group, &mut q, &mut s);
+    per_token_group_fmt_into(x, k, group, fmt, &mut q, &mut s);
     (q, s)
 }
 
 /// [`per_token_group`] into caller-owned buffers (`q`: `m*k`, `s`: `m*ceil(k/group)`).
 pub fn per_token_group_into(x: &[f32], k: usize, group: usize, q: &mut [u8], s: &mut [f32]) {
+    per_token_group_fmt_into(x, k, group, ScaleDtype::F32, q, s)
+}
+
+/// [`per_token_group_fmt`] into caller-owned buffers (`q`: `m*k`, `s`: `m*ceil(k/group)`).
+pub fn per_token_group_fmt_into(
+    x: &[f32],
+    k: usize,
+    group: usize,
+    fmt: ScaleDtype,
+    q: &mut [u8],
+    s: &mut [f32],
+) {
     let groups = k.div_ceil(group);
     for ((row, qr), sr) in x.chunks(k).zip(q.chunks_mut(k)).zip(s.chunks_mut(groups)) {
-        quantize_row_groups(row, group, qr, sr);
+        quantize_row_groups_as(row, group, fmt, qr, sr);
     }
 }
 
 /// Dynamic per-token quantization: one scale per row, `max(absmax, 1e-10) / 448`; with an
 /// upper bound `ub` (vLLM's `scale_ub`) the absmax is clamped to it first, so the scale is
 /// `min(max(absmax, 1e-10), max(ub, 1e-10)) / 448` (a NaN absmax gives the bound's scale).
+/// f32 scales: see [`per_token_fmt_into`].
 pub fn per_token_into(x: &[f32], k: usize, ub: Option<f32>, q: &mut [u8], s: &mut [f32]) {
+    per_token_fmt_into(x, k, ub, ScaleDtype::F32, q, s)
+}
+
+/// [`per_token_into`] with the scales in the format `fmt`: for [`ScaleDtype::Ue8m0`] the
+/// (clamped) scale of each row is rounded up to a power of two.
+pub fn per_token_fmt_into(
+    x: &[f32],
+    k: usize,
+    ub: Option<f32>,
+    fmt: ScaleDtype,
+    q: &mut [u8],
+    s: &mut [f32],
+) {
     for ((row, qr), sr) in x.chunks(k).zip(q.chunks_mut(k)).zip(s.iter_mut()) {
         let mut scale = group_scale(row);
         if let Some(ub) = ub {
             scale = scale.min(ub.max(MIN_ABSMAX) / E4M3_MAX);
         }
+        let scale = scale_as(scale, fmt);
         *sr = scale;
         for (v, o) in row.iter().zip(qr.iter_mut()) {
             *o = f32_to_e4m3(*v / scale);
@@ -41,9 +90,15 @@ pub fn per_token_into(x: &[f32], k: usize, ub: Option<f32>, q: &mut [u8], s: &mu
 }
 
 /// Quantization with one given (static) or computed (dynamic) scale for the whole tensor.
-/// Returns the scale used.
+/// Returns the scale used. f32 scales: see [`per_tensor_fmt_into`].
 pub fn per_tensor_into(x: &[f32], scale: Option<f32>, q: &mut [u8]) -> f32 {
-    let scale = scale.unwrap_or_else(|| group_scale(x));
+    per_tensor_fmt_into(x, scale, ScaleDtype::F32, q)
+}
+
+/// [`per_tensor_into`] with a dynamic scale in the format `fmt` (rounded up to a power of
+/// two for [`ScaleDtype::Ue8m0`]); a given static scale is used as it is, whatever `fmt`.
+pub fn per_tensor_fmt_into(x: &[f32], scale: Option<f32>, fmt: ScaleDtype, q: &mut [u8]) -> f32 {
+    let scale = scale.unwrap_or_else(|| scale_as(group_scale(x), fmt));
     for (v, o) in x.iter().zip(q.iter_mut()) {
         *o = f32_to_e4m3(*v / scale);
     }

@@ -15,7 +15,17 @@
 //!   A NaN among the values makes the scale NaN.
 //! - Per-token with an upper bound `ub` (vLLM's `scale_ub`): the row's absmax is clamped to
 //!   `ub` first, `max(min(absmax, ub), 1e-10) / 448`; a NaN absmax gives the bound's scale.
-//! - Codes: `encode(x / scale)` with the quotient an f32 division (correctly rounded).
+//! - ue8m0 activation scales (the activation key's `ScaleDtype::Ue8m0`, a checkpoint's
+//!   `scale_fmt: "ue8m0"`): each dynamic scale above (after the `ub` clamp) is rounded up to
+//!   a power of two, `2^ceil(log2 s)`, the smallest power of two `>= s`; a positive
+//!   subnormal becomes the smallest normal f32, 2^-126; a scale whose next power up is not
+//!   an f32 (above 2^127) stays as it is; NaN, infinities, zero and negative values stay as
+//!   they are (no dynamic scale is zero, negative, subnormal or above 2^127). A static
+//!   (given) activation scale is used as it is.
+//! - Codes: `encode(x / scale)` with the quotient an f32 division (correctly rounded), by
+//!   the scale as stored (rounded, for ue8m0).
+
+use fp8_linear_core::quant::ScaleDtype;
 
 /// Largest finite e4m3fn magnitude.
 const MAX: f64 = 448.0;
@@ -101,6 +111,39 @@ pub fn dynamic_scale(xs: &[f32], ub: Option<f32>) -> f32 {
     floored / 448.0
 }
 
+/// The spec's ue8m0 scale of `s`: the smallest power of two `>= s`, computed in f64 as
+/// `2^ceil(log2 s)` (f64's `log2` of an f32 value is exact at powers of two and, elsewhere,
+/// far enough from an integer that `ceil` cannot be fooled), at least 2^-126 for a positive
+/// subnormal; `s` itself when that power is not an f32 (`s` above 2^127), and for NaN,
+/// infinities, zero and negative values.
+pub fn ue8m0_scale(s: f32) -> f32 {
+    // NaN, zero (either sign), negatives and infinities are not positive finite values.
+    if s.is_nan() || s <= 0.0 || s.is_infinite() {
+        return s;
+    }
+    let up = 2f64.powf(f64::from(s).log2().ceil()).max(2f64.powi(-126));
+    if up > f64::from(f32::MAX) {
+        s
+    } else {
+        up as f32 // a power of two in f32's normal range: exact
+    }
+}
+
+/// A dynamic scale in the activation key's scale format: `s` for f32 scales,
+/// [`ue8m0_scale`] for ue8m0 ones.
+pub fn scale_in_format(s: f32, fmt: ScaleDtype) -> f32 {
+    match fmt {
+        ScaleDtype::F32 => s,
+        ScaleDtype::Ue8m0 => ue8m0_scale(s),
+    }
+}
+
+/// [`dynamic_scale`] in the scale format `fmt` (rounded up to a power of two for ue8m0,
+/// after the bound's clamp).
+pub fn dynamic_scale_fmt(xs: &[f32], ub: Option<f32>, fmt: ScaleDtype) -> f32 {
+    scale_in_format(dynamic_scale(xs, ub), fmt)
+}
+
 /// The codes of `xs` with one scale: `encode(x / scale)`, the quotient an f32 division.
 pub fn quantize_with_scale(xs: &[f32], scale: f32, codes: &mut [u8]) {
     for (x, c) in xs.iter().zip(codes.iter_mut()) {
@@ -110,15 +153,26 @@ pub fn quantize_with_scale(xs: &[f32], scale: f32, codes: &mut [u8]) {
 
 /// Dynamic per-token-group quantization of `x` `[m, k]` (row-major), groups of `group`
 /// columns (the last one of a row ragged when `group` does not divide `k`): codes `[m, k]`
-/// and scales `[m, ceil(k / group)]`.
+/// and scales `[m, ceil(k / group)]`. f32 scales: see [`quantize_groups_fmt`].
 pub fn quantize_groups(x: &[f32], m: usize, k: usize, group: usize) -> (Vec<u8>, Vec<f32>) {
+    quantize_groups_fmt(x, m, k, group, ScaleDtype::F32)
+}
+
+/// [`quantize_groups`] with the scales in the format `fmt` (powers of two for ue8m0).
+pub fn quantize_groups_fmt(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    group: usize,
+    fmt: ScaleDtype,
+) -> (Vec<u8>, Vec<f32>) {
     let groups = k.div_ceil(group);
     let mut codes = vec![0u8; m * k];
     let mut scales = vec![0f32; m * groups];
     for i in 0..m {
         for g in 0..groups {
             let (lo, hi) = (i * k + g * group, i * k + ((g + 1) * group).min(k));
-            let s = dynamic_scale(&x[lo..hi], None);
+            let s = dynamic_scale_fmt(&x[lo..hi], None, fmt);
             scales[i * groups + g] = s;
             quantize_with_scale(&x[lo..hi], s, &mut codes[lo..hi]);
         }
@@ -127,22 +181,41 @@ pub fn quantize_groups(x: &[f32], m: usize, k: usize, group: usize) -> (Vec<u8>,
 }
 
 /// Dynamic per-token quantization of `x` `[m, k]`: codes `[m, k]` and one scale per row,
-/// clamped by `ub` when given.
+/// clamped by `ub` when given. f32 scales: see [`quantize_per_token_fmt`].
 pub fn quantize_per_token(x: &[f32], m: usize, k: usize, ub: Option<f32>) -> (Vec<u8>, Vec<f32>) {
+    quantize_per_token_fmt(x, m, k, ub, ScaleDtype::F32)
+}
+
+/// [`quantize_per_token`] with the scales in the format `fmt` (each clamped scale rounded
+/// up to a power of two for ue8m0).
+pub fn quantize_per_token_fmt(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    ub: Option<f32>,
+    fmt: ScaleDtype,
+) -> (Vec<u8>, Vec<f32>) {
     let mut codes = vec![0u8; m * k];
     let mut scales = vec![0f32; m];
     for i in 0..m {
         let row = &x[i * k..(i + 1) * k];
-        scales[i] = dynamic_scale(row, ub);
+        scales[i] = dynamic_scale_fmt(row, ub, fmt);
         quantize_with_scale(row, scales[i], &mut codes[i * k..(i + 1) * k]);
     }
     (codes, scales)
 }
 
 /// Per-tensor quantization: with the given static scale, or the dynamic scale of the whole
-/// tensor. Returns the codes and the scale used.
+/// tensor. Returns the codes and the scale used. f32 scales: see
+/// [`quantize_per_tensor_fmt`].
 pub fn quantize_per_tensor(x: &[f32], scale: Option<f32>) -> (Vec<u8>, f32) {
-    let s = scale.unwrap_or_else(|| dynamic_scale(x, None));
+    quantize_per_tensor_fmt(x, scale, ScaleDtype::F32)
+}
+
+/// [`quantize_per_tensor`] with a dynamic scale in the format `fmt` (rounded up to a power
+/// of two for ue8m0); a given static scale is used as it is.
+pub fn quantize_per_tensor_fmt(x: &[f32], scale: Option<f32>, fmt: ScaleDtype) -> (Vec<u8>, f32) {
+    let s = scale.unwrap_or_else(|| dynamic_scale_fmt(x, None, fmt));
     let mut codes = vec![0u8; x.len()];
     quantize_with_scale(x, s, &mut codes);
     (codes, s)
@@ -263,7 +336,7 @@ mod tests {
     //! The reference's own statement of the spec against the one the fast kernels run
     //! (`fp8_linear_core::fp8`): two independent implementations that must agree bit for bit.
     use super::*;
-    use fp8_linear_core::fp8::{e4m3_to_f32, f32_to_e4m3, group_scale};
+    use fp8_linear_core::fp8::{e4m3_to_f32, f32_to_e4m3, group_scale, round_scale_ue8m0};
 
     #[test]
     fn decoder_matches_the_core_table_for_every_code() {
@@ -320,5 +393,45 @@ mod tests {
         assert_eq!(dynamic_scale(&[14.0, -3.0], Some(7.0)), 0.015625);
         assert_eq!(dynamic_scale(&[3.5, -3.0], Some(7.0)), 3.5 / 448.0);
         assert_eq!(dynamic_scale(&[f32::NAN], Some(7.0)), 0.015625);
+    }
+
+    #[test]
+    fn ue8m0_scales_match_the_core_bit_rule() {
+        // Every exponent field, mantissas at the edges and inside, both signs.
+        for field in 0..=255u32 {
+            for mant in [
+                0u32, 1, 2, 3, 0x0f_ffff, 0x40_0000, 0x40_0001, 0x7f_fffe, 0x7f_ffff,
+            ] {
+                for sign in [0u32, 0x8000_0000] {
+                    let s = f32::from_bits(sign | (field << 23) | mant);
+                    let (ours, core) = (ue8m0_scale(s), round_scale_ue8m0(s));
+                    if core.is_nan() {
+                        assert!(ours.is_nan(), "{s:e}");
+                    } else {
+                        assert_eq!(
+                            ours.to_bits(),
+                            core.to_bits(),
+                            "{s:e} ({:#010x})",
+                            s.to_bits()
+                        );
+                    }
+                }
+            }
+        }
+        // The case an f32 log2 gets wrong, and a few by hand.
+        assert_eq!(ue8m0_scale(1.0 + f32::EPSILON), 2.0);
+        assert_eq!(ue8m0_scale(f32::from_bits(0x3f80_0001)), 2.0);
+        assert_eq!(ue8m0_scale(0.3), 0.5);
+        assert_eq!(ue8m0_scale(0.25), 0.25);
+        assert_eq!(ue8m0_scale(f32::from_bits(1)), f32::MIN_POSITIVE);
+        // Dynamic scales: the bound clamps first, then the scale is rounded up.
+        let fmt = ScaleDtype::Ue8m0;
+        assert_eq!(dynamic_scale_fmt(&[14.0, -3.0], Some(7.0), fmt), 0.015625);
+        assert_eq!(dynamic_scale_fmt(&[3.5, -3.0], Some(7.0), fmt), 0.0078125);
+        assert!(dynamic_scale_fmt(&[1.0, f32::NAN], None, fmt).is_nan());
+        assert_eq!(dynamic_scale_fmt(&[0.0; 3], None, fmt), 2f32.powi(-42));
+        // A static scale is used as it is.
+        assert_eq!(quantize_per_tensor_fmt(&[1.0], Some(0.3), fmt).1, 0.3);
+        assert_eq!(quantize_per_tensor_fmt(&[1.0], None, fmt).1, 2f32.powi(-8));
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! It shares no numerics with the kernels it judges: the weight is dequantized from the
 //! e4m3 bit fields and the scales in f64 here, the activations are quantized by the spec
-//! as [`super::reference`] states it (not by `super::quantize` or `super::host`, which the
-//! fast kernel runs), the products are summed in f64, and the result is rounded once, from
-//! f64, to the output dtype. Only the input checks (`fp8_linear_core::validate`) are shared,
+//! as [`super::reference`] states it, in the activation key's scale format (ue8m0 scales
+//! rounded up to powers of two by the reference's own rule; not by `super::quantize` or
+//! `super::host`, which the fast kernel runs), the products are summed in f64, and the
+//! result is rounded once, from f64, to the output dtype. Only the input checks (`fp8_linear_core::validate`) are shared,
 //! so every CPU kernel rejects bad input with the same typed errors.
 
 use fp8_linear_core::kernel::processed;
@@ -18,10 +19,13 @@ use fp8_linear_core::{
 use half::{bf16, f16};
 
 use super::checks::cpu_can_implement;
-use super::reference::{e4m3_f64, quantize_groups, quantize_per_tensor, quantize_per_token};
+use super::reference::{
+    e4m3_f64, quantize_groups_fmt, quantize_per_tensor_fmt, quantize_per_token_fmt,
+};
 
 /// f64 reference kernel for every FP8 layer kind (block-scaled, scaled, weight-only):
-/// activations quantized per the layer's key by the spec, `deq(A) * deq(B)` summed in f64.
+/// activations quantized per the layer's key by the spec (f32 or ue8m0 scales, as the key
+/// says), `deq(A) * deq(B)` summed in f64.
 #[fp8_kernel(platform = Cpu, priority = 100, backend = cpu_reference)]
 pub struct CpuReference {
     config: LayerConfig,
@@ -172,7 +176,7 @@ impl Fp8Kernel for CpuReference {
                 let (codes, scale_of): (Vec<u8>, Box<dyn Fn(usize) -> f32>) = match key.group {
                     GroupShape::Group { cols } => {
                         let g = cols as usize;
-                        let (q, s) = quantize_groups(&x, m, k, g);
+                        let (q, s) = quantize_groups_fmt(&x, m, k, g, key.scale_dtype);
                         let per_row = k.div_ceil(g);
                         (
                             q,
@@ -180,7 +184,8 @@ impl Fp8Kernel for CpuReference {
                         )
                     }
                     GroupShape::PerToken => {
-                        let (q, s) = quantize_per_token(&x, m, k, w.input_scale_ub);
+                        let (q, s) =
+                            quantize_per_token_fmt(&x, m, k, w.input_scale_ub, key.scale_dtype);
                         (q, Box::new(move |idx| s[idx / k]))
                     }
                     GroupShape::PerTensor => {
@@ -192,7 +197,7 @@ impl Fp8Kernel for CpuReference {
                                 name: "input_scale",
                             })?)
                         };
-                        let (q, s) = quantize_per_tensor(&x, fixed);
+                        let (q, s) = quantize_per_tensor_fmt(&x, fixed, key.scale_dtype);
                         (q, Box::new(move |_| s))
                     }
                     GroupShape::PerChannel | GroupShape::Block { .. } => {

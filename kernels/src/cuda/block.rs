@@ -1,5 +1,5 @@
-//! What the block-scaled FP8 kernels (128 x 128 weight blocks, dynamic 1 x 128 activation
-//! groups) share: the configs they accept, and [`BlockLayer`], the weights and activation
+//! What the block-scaled FP8 kernels (R x C weight blocks, dynamic 1 x C activation groups)
+//! share: the configs they accept, and [`BlockLayer`], the weights and activation
 //! quantization in front of each kernel's GEMM. A kernel supplies only its weight-scale
 //! layout, its row padding and its activation-scale order ([`ActLayout`]), then runs its
 //! GEMM on what [`BlockLayer::quantize`] returns: each call is [`BlockLayer::check`], the
@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use fp8_linear_core::quant::{GroupShape, ScaleDtype};
+use fp8_linear_core::quant::GroupShape;
 use fp8_linear_core::validate::check_config_basics;
 use fp8_linear_core::{
     DType, DeviceMemory, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
@@ -18,44 +18,64 @@ use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
 use super::device_io::{check_row_count, device_io};
 use super::error::{be, be_at};
-use super::quant::{ActQuant, GroupQuantBuffers, ScaleOrder};
+use super::quant::{ActQuant, GroupQuantBuffers, Grouping, ScaleOrder};
 use super::weights::DeviceWeights;
 
-/// Layers the block-FP8 CUDA kernels accept: 128x128 f32 weight blocks, dynamic 1x128 f32
-/// activation groups, float input and output.
-pub const fn block_128_checks(config: &LayerConfig) -> Result<(), Unsupported> {
+/// The weight-block shapes a block kernel takes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Blocks {
+    /// 128 x 128 blocks only (cuBLASLt's block-scaled mode).
+    Only128,
+    /// R x C blocks with R a multiple of 8 (along N: each 8-column MMA tile within one
+    /// block) and C in 32, 64, 128 (along K: whole MMA K steps of 32 in a 128-long K tile).
+    Tiled,
+}
+
+/// Layers the block-FP8 CUDA kernels accept: f32 or ue8m0 (power-of-two f32) weight block
+/// scales of the shapes `blocks` allows, dynamic 1xC activation groups as wide as the
+/// blocks (f32 or ue8m0 scales), float input and output.
+pub const fn block_checks(config: &LayerConfig, blocks: Blocks) -> Result<(), Unsupported> {
     if let Err(e) = check_config_basics(config) {
         return Err(e);
     }
-    match config.weight.group {
-        GroupShape::Block {
-            rows: 128,
-            cols: 128,
-        } => {}
-        _ => {
+    let cols = match (config.weight.group, blocks) {
+        (
+            GroupShape::Block {
+                rows: 128,
+                cols: 128,
+            },
+            _,
+        ) => 128,
+        (GroupShape::Block { rows, cols }, Blocks::Tiled) => {
+            if rows == 0 || !rows.is_multiple_of(8) || !matches!(cols, 32 | 64 | 128) {
+                return Err(Unsupported::new(
+                    "weight blocks must be RxC with R (along N) a multiple of 8 and C (along \
+                     K) 32, 64 or 128",
+                ));
+            }
+            cols
+        }
+        (GroupShape::Block { .. }, Blocks::Only128) => {
             return Err(Unsupported::new(
                 "weights must be quantized in 128x128 blocks",
             ))
         }
-    }
-    if matches!(config.weight.scale_dtype, ScaleDtype::Ue8m0) {
-        return Err(Unsupported::new("ue8m0 weight scales are not supported"));
-    }
+        _ => return Err(Unsupported::new("weights must be block-quantized")),
+    };
     match config.activation {
         Some(a) => {
-            if !matches!(a.group, GroupShape::Group { cols: 128 }) {
-                return Err(Unsupported::new(
-                    "activations must be quantized in 1x128 groups",
-                ));
+            match a.group {
+                GroupShape::Group { cols: g } if g == cols => {}
+                _ => {
+                    return Err(Unsupported::new(
+                        "activations must be quantized in 1xC groups, C the weight block's \
+                         width along K",
+                    ))
+                }
             }
             if !a.dynamic {
                 return Err(Unsupported::new(
                     "only dynamic per-token-group activation quantization is supported",
-                ));
-            }
-            if matches!(a.scale_dtype, ScaleDtype::Ue8m0) {
-                return Err(Unsupported::new(
-                    "ue8m0 activation scales are not supported",
                 ));
             }
         }
@@ -73,8 +93,17 @@ pub const fn block_128_checks(config: &LayerConfig) -> Result<(), Unsupported> {
     Ok(())
 }
 
+/// The weight block `(rows along N, cols along K)` of a block layer (128 x 128 for any
+/// other weight key).
+pub fn weight_block(config: &LayerConfig) -> (usize, usize) {
+    match config.weight.group {
+        GroupShape::Block { rows, cols } => (rows as usize, cols as usize),
+        _ => (128, 128),
+    }
+}
+
 /// How a kernel lays out the weight block scales on the device, from the row-major
-/// `[nb, kb]` = `[ceil(N/128), ceil(K/128)]` scales of the checkpoint.
+/// `[nb, kb]` = `[ceil(N/R), ceil(K/C)]` scales of the checkpoint (R x C blocks).
 pub type ScaleLayout = fn(scales: &[f32], nb: usize, kb: usize) -> Vec<f32>;
 
 /// The weight block scales as given: `[nb, kb]` row-major.
@@ -82,7 +111,7 @@ pub fn row_major(scales: &[f32], _nb: usize, _kb: usize) -> Vec<f32> {
     scales.to_vec()
 }
 
-/// How a kernel wants the 1 x 128 activation scales of a call.
+/// How a kernel wants the 1 x C activation scales of a call.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ActLayout {
     /// `[M, G]` row-major.
@@ -119,6 +148,7 @@ pub struct BlockLayer {
     quant: ActQuant,
     act: GroupQuantBuffers,
     layout: ActLayout,
+    grouping: Grouping,
 }
 
 /// What [`BlockLayer::quantize`] hands the GEMM: the call's sizes and device addresses.
@@ -130,7 +160,7 @@ pub struct BlockCall {
     pub out: u64,
     /// The activation codes `[rows, ldk]`.
     pub codes: u64,
-    /// The activation scales `rows * ceil(k / 128)`, in the kernel's order.
+    /// The activation scales `rows * ceil(k / C)`, in the kernel's order.
     pub scales: u64,
 }
 
@@ -148,7 +178,11 @@ impl BlockLayer {
         act: ActLayout,
     ) -> Result<Self, KernelError> {
         let w = DeviceWeights::load_padded(kernel, gpu, config, weights, pad)?;
-        let (nb, kb) = (config.n.div_ceil(128), config.k.div_ceil(128));
+        let block = weight_block(config);
+        let grouping = Grouping::of(config).ok_or_else(|| {
+            KernelError::backend(kernel, "block layers quantize activations in 1xC groups")
+        })?;
+        let (nb, kb) = (config.n.div_ceil(block.0), config.k.div_ceil(block.1));
         let scales = DeviceBuffer::from_host(gpu, &scale_layout(&w.host_scales, nb, kb))
             .map_err(be(kernel))?;
         let quant = ActQuant::new(gpu).map_err(be(kernel))?;
@@ -158,6 +192,7 @@ impl BlockLayer {
             quant,
             act: GroupQuantBuffers::default(),
             layout: act,
+            grouping,
         })
     }
 
@@ -192,7 +227,8 @@ impl BlockLayer {
         m: usize,
     ) -> Result<(u64, u64), CudaError> {
         let rows = self.rows(m);
-        self.act.reserve(gpu, rows, config.k, self.w.ldk)
+        self.act
+            .reserve(gpu, rows, (config.k, self.grouping.cols), self.w.ldk)
     }
 
     /// Keeps grown activation buffers alive (graphs captured before stay valid).
@@ -200,7 +236,7 @@ impl BlockLayer {
         self.act.keep_retired();
     }
 
-    /// Quantizes the input (`m` rows at `x`, checked by [`BlockLayer::check`]) per 1 x 128
+    /// Quantizes the input (`m` rows at `x`, checked by [`BlockLayer::check`]) per 1 x C
     /// group into the layer's scratch in the kernel's [`ActLayout`], enqueued on `gpu`'s
     /// stream. Call [`BlockLayer::reserve`] for `m` first: then nothing is allocated.
     pub fn quantize(
@@ -219,6 +255,7 @@ impl BlockLayer {
                 x.ptr,
                 config.input_dtype,
                 (m, config.k, rows, self.w.ldk),
+                self.grouping,
                 order,
             )
         }

@@ -15,7 +15,7 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cublaslt::ScaleMode;
 use fp8_linear_cuda::{CudaError, Gpu};
 
-use super::block::{block_128_checks, ActLayout, BlockLayer};
+use super::block::{block_checks, ActLayout, BlockLayer, Blocks};
 use super::error::{be, be_at};
 use super::layer::GpuLayer;
 use super::lt_gemm::{lt_layer_checks, LtGemm};
@@ -71,7 +71,7 @@ pub fn blk128_weight_scales(scales: &[f32], nb: usize, kb: usize) -> Vec<f32> {
 
 impl Fp8Kernel for CublasLtBlockFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
-        block_128_checks(config)?;
+        block_checks(config, Blocks::Only128)?;
         if !matches!(config.output_dtype, DType::Bf16) {
             return Err(Unsupported::new(
                 "cuBLASLt block-scaled FP8 writes bf16 output only",

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use fp8_linear_core::quant::{GroupShape, ScaleDtype};
+use fp8_linear_core::quant::GroupShape;
 use fp8_linear_core::validate::check_config_basics;
 use fp8_linear_core::{
     fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
@@ -18,7 +18,7 @@ use super::device_io::device_io;
 use super::error::{be, be_at};
 use super::layer::GpuLayer;
 use super::lt_gemm::{lt_layer_checks, LtGemm};
-use super::quant::ActQuant;
+use super::quant::{ue8m0_activations, ActQuant};
 use super::scratch::Scratch;
 use super::weights::DeviceWeights;
 
@@ -28,16 +28,10 @@ const fn scaled_basics(config: &LayerConfig) -> Result<(), Unsupported> {
     if let Err(e) = check_config_basics(config) {
         return Err(e);
     }
-    if matches!(config.weight.scale_dtype, ScaleDtype::Ue8m0) {
-        return Err(Unsupported::new("ue8m0 weight scales are not supported"));
-    }
-    let Some(a) = config.activation else {
+    // ue8m0 scales are f32 powers of two here: weight scales need nothing, dynamic
+    // activation scales are rounded up by the quantization (static ones are used as given).
+    if config.activation.is_none() {
         return Err(Unsupported::new("activations must be quantized (W8A8)"));
-    };
-    if matches!(a.scale_dtype, ScaleDtype::Ue8m0) {
-        return Err(Unsupported::new(
-            "ue8m0 activation scales are not supported",
-        ));
     }
     if matches!(config.input_dtype, DType::F8E4m3) {
         return Err(Unsupported::new("input dtype must be f32, f16 or bf16"));
@@ -155,6 +149,7 @@ impl State {
         // Everything the call needs, before anything is enqueued.
         let (q, a_s, amax) = self.reserve(gpu, m).map_err(be_at(kernel, m))?;
         let per_row = self.per_row;
+        let ue8m0 = ue8m0_activations(c);
         // SAFETY: x holds m*k elements, q m*ldk bytes, a_s m floats, scalars one f32 each;
         // all on this GPU, ordered on the layer's stream.
         unsafe {
@@ -162,7 +157,7 @@ impl State {
                 GroupShape::PerToken => {
                     let ub = self.input_scale_ub.as_ref().map(|b| b.ptr());
                     self.quant
-                        .per_token(x.ptr, c.input_dtype, m, k, q, ldk, a_s, ub)
+                        .per_token(x.ptr, c.input_dtype, m, k, q, ldk, a_s, ub, ue8m0)
                 }
                 _ => {
                     let (rows, one) = if per_row {
@@ -181,6 +176,7 @@ impl State {
                         amax,
                         rows,
                         one,
+                        ue8m0,
                     )
                 }
             }

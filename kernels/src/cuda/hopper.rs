@@ -1,7 +1,8 @@
 //! Hopper block-scaled FP8 GEMM (sm_90a, the DeepGEMM class): TMA loads into a multi-stage
 //! shared-memory ring with mbarriers, a producer warpgroup with few registers (setmaxnreg),
-//! math warpgroups issuing wgmma m64n128k32 e4m3 from 128B-swizzled descriptors, per-128-K
-//! promotion into f32 with the 1x128 activation and 128x128 weight scales, persistent tile
+//! math warpgroups issuing wgmma m64n128k32 e4m3 from 128B-swizzled descriptors, per-block
+//! promotion into f32 with the 1xC activation and RxC weight scales (R 32, 64 or 128, C 32,
+//! 64 or 128; f32 or ue8m0), persistent tile
 //! scheduling, and split-K (each split stores its partial tile to an f32 workspace, an
 //! epilogue kernel sums them in order) when the tiles do not fill the GPU.
 //! Source: `cu/hopper_gemm.cu`.
@@ -17,7 +18,7 @@ use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::tma::TensorMap;
 use fp8_linear_cuda::Gpu;
 
-use super::block::{block_128_checks, row_major, ActLayout, BlockLayer};
+use super::block::{block_checks, row_major, weight_block, ActLayout, BlockLayer, Blocks};
 use super::dtype::float_index;
 use super::error::{be, be_at};
 use super::launch::{elementwise, grid, launch, per_float};
@@ -29,8 +30,9 @@ pub use super::sources::hopper_module;
 
 const NAME: &str = HopperBlockFp8::NAME;
 
-/// Block-scaled FP8 GEMM with wgmma and TMA for Hopper (sm_90a exactly): 128x128 weight
-/// blocks, dynamic 1x128 activation groups, any M, N, K, f32/f16/bf16 in and out, bias.
+/// Block-scaled FP8 GEMM with wgmma and TMA for Hopper (sm_90a exactly): RxC weight blocks
+/// (R 32, 64 or 128 along N, C 32, 64 or 128 along K; 128x128 is DeepSeek-V3's), dynamic
+/// 1xC activation groups, f32 or ue8m0 scales, any M, N, K, f32/f16/bf16 in and out, bias.
 #[fp8_kernel(platform = Cuda, priority = 1, arch = sm90a, backend = hopper)]
 pub struct HopperBlockFp8 {
     layer: GpuLayer<State>,
@@ -122,9 +124,9 @@ pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -
 /// The loaded module, its two tile variants and the split-K epilogues.
 type Loaded = (Arc<CudaModule>, [Variant; 2], [CudaFunction; 3]);
 
-fn load(gpu: &Arc<Gpu>) -> Result<Loaded, KernelError> {
+fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
     let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
-    let (module, _) = gpu.module(&hopper_module()).map_err(be(NAME))?;
+    let (module, _) = gpu.module(&hopper_module(block)).map_err(be(NAME))?;
     let variant = |(bm, smem, tag): (usize, u32, &str)| -> Result<Variant, KernelError> {
         if smem > optin {
             return Err(KernelError::backend(
@@ -145,7 +147,15 @@ impl Fp8Kernel for HopperBlockFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
         // Rows are padded to 16 bytes at load (TMA's stride rule), so any K works; TMA
         // zero-fills partial tiles and the stores are masked, so any M and N work.
-        block_128_checks(config)?;
+        block_checks(config, Blocks::Tiled)?;
+        // A 128-column tile holds whole blocks (its promotion indexes the tile's scale rows
+        // from its start); fewer than 32 rows would need more scale registers per thread
+        // than the two-warpgroup variant has. The portable kernel takes the others.
+        if !matches!(weight_block(config).0, 32 | 64 | 128) {
+            return Err(Unsupported::new(
+                "weight blocks must be 32, 64 or 128 rows along N",
+            ));
+        }
         // Tile coordinates (up to N + 127) are 32-bit in the kernel and in TMA.
         if config.n > i32::MAX as usize - 256 || config.k > i32::MAX as usize - 256 {
             return Err(Unsupported::new("N and K must be below 2^31 - 256"));
@@ -157,7 +167,7 @@ impl Fp8Kernel for HopperBlockFp8 {
         let (gpu, config) = (&self.layer.gpu, &self.layer.config);
         let act = ActLayout::ColMajor { rows: 1 };
         let block = BlockLayer::load(NAME, gpu, config, weights, 16, row_major, act)?;
-        let (module, variants, finalize) = load(gpu)?;
+        let (module, variants, finalize) = load(gpu, weight_block(config))?;
         let w = &block.w;
         let tb = TensorMap::e4m3_2d(w.codes.ptr(), config.n, w.ldk, w.ldk, 128, 128)
             .map_err(be(NAME))?;
@@ -226,8 +236,8 @@ impl Fp8Kernel for HopperBlockFp8 {
         let sms = gpu.device().sm_count.max(1) as usize;
         let cfg = grid((p.units.min(sms) as u32, 1, 1), threads, v.smem);
         // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A
-        // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds kb*m
-        // floats, Bs ceil(n/128)*kb, out m*n elements, ws splits*m*n floats when split; the
+        // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds
+        // ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws splits*m*n floats when split; the
         // kernel masks every store and TMA zero-fills out-of-bounds boxes.
         unsafe {
             launch(

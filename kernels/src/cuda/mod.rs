@@ -52,7 +52,7 @@ pub use cublaslt_scaled::{CublasLtFp8PerTensor, CublasLtFp8Rowwise};
 pub use hopper::HopperBlockFp8;
 pub use marlin::MarlinFp8;
 pub use portable::PortableBlockFp8;
-pub use quant::{ActQuant, ScaleOrder};
+pub use quant::{ActQuant, Grouping, ScaleOrder};
 
 /// The CUDA runtime layer (devices, buffers, modules, timing), re-exported.
 pub use fp8_linear_cuda as runtime;

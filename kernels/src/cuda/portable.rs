@@ -1,5 +1,6 @@
 //! Our own block-scaled FP8 GEMM for sm_89 and newer: FP8 `mma.sync` m16n8k32 with f32
-//! accumulation, 1x128 activation / 128x128 weight scales applied per 128-long K block,
+//! accumulation, 1xC activation / RxC weight scales (R a multiple of 8, C 32, 64 or 128;
+//! f32 or ue8m0) applied per C-long K block,
 //! masking for any M, N, K, split-K for small grids. The role the Triton block kernel plays
 //! upstream, with an honest arch (FP8 tensor-core instructions exist from sm_89 on).
 //! Source: `cu/block_gemm.cu`.
@@ -14,7 +15,7 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{CudaError, Gpu};
 
-use super::block::{block_128_checks, row_major, ActLayout, BlockLayer};
+use super::block::{block_checks, row_major, weight_block, ActLayout, BlockLayer, Blocks};
 use super::dtype::float_index;
 use super::error::{be, be_at};
 use super::launch::{elementwise, grid, launch, per_float};
@@ -24,8 +25,10 @@ use super::sources;
 
 const NAME: &str = PortableBlockFp8::NAME;
 
-/// Portable block-scaled FP8 GEMM (FP8 `mma.sync`, sm_89+), 128x128 weight blocks and
-/// dynamic 1x128 activation groups, any M, N, K, bf16/f16/f32 in and out, optional bias.
+/// Portable block-scaled FP8 GEMM (FP8 `mma.sync`, sm_89+): RxC weight blocks (R a
+/// multiple of 8 along N, C 32, 64 or 128 along K; 128x128 is DeepSeek-V3's) and dynamic
+/// 1xC activation groups, f32 or ue8m0 scales, any M, N, K, bf16/f16/f32 in and out,
+/// optional bias.
 #[fp8_kernel(platform = Cuda, priority = 5, arch = sm89.., backend = portable)]
 pub struct PortableBlockFp8 {
     layer: GpuLayer<State>,
@@ -67,14 +70,19 @@ impl PortableBlockFp8 {
     }
 }
 
-/// The module for `mt` m16 tiles per warp with as many pipeline stages (2..=4) as the
-/// device's shared memory allows.
-fn load_variant(gpu: &Arc<Gpu>, mt: u32, optin: u32) -> Result<Variant, KernelError> {
+/// The module for `mt` m16 tiles per warp and scale blocks `block` with as many pipeline
+/// stages (2..=4) as the device's shared memory allows.
+fn load_variant(
+    gpu: &Arc<Gpu>,
+    mt: u32,
+    optin: u32,
+    block: (usize, usize),
+) -> Result<Variant, KernelError> {
     let stage_bytes = (32 * mt + 128) * 128;
     let stages = (optin / stage_bytes).clamp(2, 4);
     let smem = stages * stage_bytes;
     let (module, _) = gpu
-        .module(&sources::block_gemm_module(mt, stages))
+        .module(&sources::block_gemm_module(mt, stages, block))
         .map_err(be(NAME))?;
     Ok(Variant {
         mt,
@@ -87,7 +95,7 @@ fn load_variant(gpu: &Arc<Gpu>, mt: u32, optin: u32) -> Result<Variant, KernelEr
 
 impl Fp8Kernel for PortableBlockFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
-        block_128_checks(config)
+        block_checks(config, Blocks::Tiled)
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
@@ -102,9 +110,10 @@ impl Fp8Kernel for PortableBlockFp8 {
             ActLayout::RowMajor,
         )?;
         let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
+        let scale_block = weight_block(config);
         let variants = [1, 2, 4]
             .into_iter()
-            .map(|mt| load_variant(gpu, mt, optin))
+            .map(|mt| load_variant(gpu, mt, optin, scale_block))
             .collect::<Result<Vec<_>, _>>()?;
         let finalize =
             per_float(&variants[0]._module, "splitk_finalize", None).map_err(be(NAME))?;
@@ -163,8 +172,9 @@ impl Fp8Kernel for PortableBlockFp8 {
         b.arg(&mi).arg(&ni).arg(&ki).arg(&kpi).arg(&kbs);
         let cfg = grid((p.gn as u32, p.gm as u32, p.splits as u32), 256, v.smem);
         // SAFETY: the stream belongs to this GPU (checked ordinal); every pointer addresses
-        // memory of the sizes the kernel reads/writes (A m*ldk, As m*kb, B n*ldk, Bs
-        // ceil(n/128)*kb, out m*n, ws m*n when split); masking keeps accesses in bounds.
+        // memory of the sizes the kernel reads/writes (A m*ldk, As m*ceil(k/C), B n*ldk, Bs
+        // ceil(n/R)*ceil(k/C), out m*n, ws m*n when split); masking keeps accesses in
+        // bounds.
         unsafe {
             launch(
                 b,

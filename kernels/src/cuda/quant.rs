@@ -1,7 +1,9 @@
-//! GPU activation quantization to e4m3: dynamic per-token-group (1 x 128), per-token and
-//! per-tensor (static or dynamic), from f32, f16 or bf16 input, with scales row- or
-//! column-major. Bit-identical to [`crate::cpu::quantize`]: scale = max(absmax, 1e-10) / 448
-//! in f32, q = RNE-saturating e4m3 of x / scale (IEEE division).
+//! GPU activation quantization to e4m3: dynamic per-token-group (1 x G, G a power of two
+//! from 8 to 128), per-token and per-tensor (static or dynamic), from f32, f16 or bf16
+//! input, with scales row- or column-major. Bit-identical to [`crate::cpu::quantize`]:
+//! scale = max(absmax, 1e-10) / 448 in f32, rounded up to a power of two for ue8m0 scales
+//! (on the bits, as [`fp8_linear_core::fp8::round_scale_ue8m0`]), q = RNE-saturating e4m3
+//! of x / scale (IEEE division).
 //!
 //! The functions take raw device addresses (from
 //! [`DeviceBuffer::ptr`](fp8_linear_cuda::DeviceBuffer::ptr) or a tensor's
@@ -11,7 +13,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, PushKernelArg};
-use fp8_linear_core::DType;
+use fp8_linear_core::quant::{GroupShape, ScaleDtype};
+use fp8_linear_core::{DType, LayerConfig};
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{function, CudaError, Gpu, LoadStats};
 
@@ -20,7 +23,47 @@ use super::launch::{blocks, launch, per_float, THREADS};
 use super::scratch::Scratch;
 use super::sources;
 
-/// How the 1 x 128 group scales `[M, G]` are laid out.
+/// The per-token groups of a block layer's activations: `cols` columns share one scale
+/// (the weight block's K width), rounded up to a power of two when `ue8m0`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Grouping {
+    /// Columns per group: a power of two from 8 to 128.
+    pub cols: usize,
+    /// Power-of-two (ue8m0) scales.
+    pub ue8m0: bool,
+}
+
+impl Grouping {
+    /// 1 x 128 groups with f32 scales (128 x 128 block checkpoints).
+    pub const G128: Grouping = Grouping {
+        cols: 128,
+        ue8m0: false,
+    };
+
+    /// The grouping of a layer whose activations are quantized per 1 x G group; None for
+    /// any other activation key.
+    pub fn of(config: &LayerConfig) -> Option<Grouping> {
+        match config.activation {
+            Some(a) => match a.group {
+                GroupShape::Group { cols } => Some(Grouping {
+                    cols: cols as usize,
+                    ue8m0: a.scale_dtype == ScaleDtype::Ue8m0,
+                }),
+                _ => None,
+            },
+            None => None,
+        }
+    }
+}
+
+/// Whether a layer's dynamic activation scales are ue8m0 (rounded up to powers of two).
+pub fn ue8m0_activations(config: &LayerConfig) -> bool {
+    config
+        .activation
+        .is_some_and(|a| a.dynamic && a.scale_dtype == ScaleDtype::Ue8m0)
+}
+
+/// How the 1 x G group scales `[M, G]` are laid out.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ScaleOrder {
     /// `s[m * G + g]` (the CPU layout).
@@ -35,7 +78,7 @@ pub enum ScaleOrder {
 pub struct ActQuant {
     gpu: Arc<Gpu>,
     _module: Arc<CudaModule>,
-    group128: [CudaFunction; 3],
+    groups: [CudaFunction; 3],
     rows: [CudaFunction; 3],
     absmax: [CudaFunction; 3],
     tensor: [CudaFunction; 3],
@@ -78,7 +121,7 @@ impl ActQuant {
         let (module, stats) = gpu.module(&sources::quant_module())?;
         Ok(ActQuant {
             gpu: gpu.clone(),
-            group128: per_float(&module, "quant_group128", None)?,
+            groups: per_float(&module, "quant_groups", None)?,
             rows: per_float(&module, "quant_rows", None)?,
             absmax: per_float(&module, "absmax", None)?,
             tensor: per_float(&module, "quant_tensor", None)?,
@@ -93,27 +136,33 @@ impl ActQuant {
         self.stats
     }
 
-    /// Dynamic 1 x 128 group quantization of `x` `[m, k]` (`dtype`) into codes `q`
-    /// `[m, ldq]` (`ldq >= k`; columns `k..ldq` are zeroed) and f32 scales `s`
-    /// (`m * ceil(k/128)`, in `order`).
+    /// Dynamic 1 x G group quantization (`grouping`) of `x` `[m, k]` (`dtype`) into codes
+    /// `q` `[m, ldq]` (`ldq >= k`; columns `k..ldq` are zeroed) and f32 scales `s`
+    /// (`m * ceil(k/G)`, in `order`).
     ///
     /// # Safety
     /// The pointers must address live device memory of this GPU of the sizes above, ready on
     /// the GPU handle's stream (every launch is enqueued there).
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn group128(
+    pub unsafe fn groups(
         &self,
         x: u64,
         dtype: DType,
-        m: usize,
-        k: usize,
+        (m, k): (usize, usize),
+        grouping: Grouping,
         q: u64,
         ldq: usize,
         s: u64,
         order: ScaleOrder,
     ) -> Result<(), CudaError> {
         let (t, mi, ki, ldqi) = quant_dims("group", dtype, m, k, ldq)?;
-        let groups = k.div_ceil(128);
+        let g = grouping.cols;
+        if !(8..=128).contains(&g) || !g.is_power_of_two() {
+            return Err(CudaError::InvalidArgument(format!(
+                "activation groups of {g} columns (the GPU quantizes groups of 8, 16, 32, 64 or 128)"
+            )));
+        }
+        let groups = k.div_ceil(g);
         let (s_row, s_col): (i64, i64) = match order {
             ScaleOrder::RowMajor => (groups as i64, 1),
             ScaleOrder::ColMajor => (1, m as i64),
@@ -127,10 +176,11 @@ impl ActQuant {
         // 16-byte loads: 8 elements of 16-bit input, or 2 x 4 of f32.
         let vec: i32 =
             (x.is_multiple_of(16) && k.is_multiple_of(if t == 0 { 4 } else { 8 })) as i32;
-        let threads = (m as u64) * groups as u64 * 16;
+        let threads = (m as u64) * groups as u64 * (g as u64 / 8);
         let grid = u32::try_from(threads.div_ceil(THREADS as u64))
             .map_err(|_| CudaError::InvalidArgument("too many groups".into()))?;
-        let mut b = self.gpu.stream().launch_builder(&self.group128[t]);
+        let (gi, ue) = (g as i32, grouping.ue8m0 as i32);
+        let mut b = self.gpu.stream().launch_builder(&self.groups[t]);
         b.arg(&x)
             .arg(&q)
             .arg(&s)
@@ -139,16 +189,19 @@ impl ActQuant {
             .arg(&ldqi)
             .arg(&s_row)
             .arg(&s_col)
-            .arg(&vec);
-        // SAFETY: the caller vouches for the buffers; the arguments match `quant_group128`.
-        unsafe { launch(b, blocks((grid, 1, 1)), "quant_group128") }
+            .arg(&vec)
+            .arg(&gi)
+            .arg(&ue);
+        // SAFETY: the caller vouches for the buffers; the arguments match `quant_groups`.
+        unsafe { launch(b, blocks((grid, 1, 1)), "quant_groups") }
     }
 
     /// Dynamic per-token quantization: one scale per row into `s` (`m` floats), clamped to
-    /// `ub / 448` when `ub` (device address of one f32) is given.
+    /// `ub / 448` when `ub` (device address of one f32) is given, then rounded up to a power
+    /// of two when `ue8m0`.
     ///
     /// # Safety
-    /// As for [`ActQuant::group128`].
+    /// As for [`ActQuant::groups`].
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn per_token(
         &self,
@@ -160,9 +213,11 @@ impl ActQuant {
         ldq: usize,
         s: u64,
         ub: Option<u64>,
+        ue8m0: bool,
     ) -> Result<(), CudaError> {
         let (t, mi, ki, ldqi) = quant_dims("per-token", dtype, m, k, ldq)?;
         let ub = ub.unwrap_or(0);
+        let ue = ue8m0 as i32;
         let mut b = self.gpu.stream().launch_builder(&self.rows[t]);
         b.arg(&x)
             .arg(&q)
@@ -170,18 +225,20 @@ impl ActQuant {
             .arg(&mi)
             .arg(&ki)
             .arg(&ldqi)
-            .arg(&ub);
+            .arg(&ub)
+            .arg(&ue);
         // SAFETY: the caller vouches for the buffers; the arguments match `quant_rows`.
         unsafe { launch(b, blocks((m.min(65535) as u32, 1, 1)), "quant_rows") }
     }
 
     /// Per-tensor quantization with one scale: the static scale at device address
     /// `static_scale`, or (when None) the dynamic scale from the tensor's absmax, computed
-    /// in `amax_scratch` (device address of one u32). The scale is also written to every
-    /// entry of `s_rows` (`m` floats) and to `s_one` (one float) when given.
+    /// in `amax_scratch` (device address of one u32) and rounded up to a power of two when
+    /// `ue8m0`. The scale is also written to every entry of `s_rows` (`m` floats) and to
+    /// `s_one` (one float) when given.
     ///
     /// # Safety
-    /// As for [`ActQuant::group128`].
+    /// As for [`ActQuant::groups`].
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn per_tensor(
         &self,
@@ -195,6 +252,7 @@ impl ActQuant {
         amax_scratch: u64,
         s_rows: Option<u64>,
         s_one: Option<u64>,
+        ue8m0: bool,
     ) -> Result<(), CudaError> {
         let (t, mi, ki, ldqi) = quant_dims("per-tensor", dtype, m, k, ldq)?;
         let st = self.gpu.stream();
@@ -216,6 +274,7 @@ impl ActQuant {
         let scale = static_scale.unwrap_or(0);
         let s_rows = s_rows.unwrap_or(0);
         let s_one = s_one.unwrap_or(0);
+        let ue = ue8m0 as i32;
         let gx = (ldq.div_ceil(THREADS as usize * 4)).clamp(1, 64) as u32;
         let gy = m.min(65535) as u32;
         let mut b = st.launch_builder(&self.tensor[t]);
@@ -227,7 +286,8 @@ impl ActQuant {
             .arg(&scale)
             .arg(&amax)
             .arg(&s_rows)
-            .arg(&s_one);
+            .arg(&s_one)
+            .arg(&ue);
         // SAFETY: the caller vouches for the buffers; the arguments match `quant_tensor`.
         unsafe { launch(b, blocks((gx, gy, 1)), "quant_tensor") }
     }
@@ -236,7 +296,7 @@ impl ActQuant {
     /// zero-filling columns `cols..ld`.
     ///
     /// # Safety
-    /// As for [`ActQuant::group128`]; `src` holds `rows * cols` bytes, `dst` `rows * ld`.
+    /// As for [`ActQuant::groups`]; `src` holds `rows * cols` bytes, `dst` `rows * ld`.
     pub unsafe fn pad_rows(
         &self,
         src: u64,
@@ -268,7 +328,7 @@ impl ActQuant {
 }
 
 /// A layer's device scratch for its quantized activations: FP8 codes with a padded row
-/// stride and the 1 x 128 group scales, grown on demand and reused across calls.
+/// stride and the 1 x G group scales, grown on demand and reused across calls.
 #[derive(Default)]
 pub struct GroupQuantBuffers {
     codes: Scratch<u8>,
@@ -277,17 +337,18 @@ pub struct GroupQuantBuffers {
 
 impl GroupQuantBuffers {
     /// Makes the buffers hold `rows` rows of codes with row stride `ldk` and their
-    /// `ceil(k / 128)` group scales; returns the codes' and the scales' addresses. Allocates
-    /// only when they are too small (refused while `gpu`'s stream is being captured).
+    /// `ceil(k / group)` group scales; returns the codes' and the scales' addresses.
+    /// Allocates only when they are too small (refused while `gpu`'s stream is being
+    /// captured).
     pub fn reserve(
         &mut self,
         gpu: &Arc<Gpu>,
         rows: usize,
-        k: usize,
+        (k, group): (usize, usize),
         ldk: usize,
     ) -> Result<(u64, u64), CudaError> {
         let q = self.codes.get(gpu, rows * ldk)?.ptr();
-        let s = self.scales.get(gpu, rows * k.div_ceil(128))?.ptr();
+        let s = self.scales.get(gpu, rows * k.div_ceil(group.max(1)))?.ptr();
         Ok((q, s))
     }
 
@@ -298,7 +359,7 @@ impl GroupQuantBuffers {
         self.scales.keep_retired();
     }
 
-    /// Quantizes `m` rows of the input `x` (`[m, k]` of `dtype`) per 1 x 128 group into
+    /// Quantizes `m` rows of the input `x` (`[m, k]` of `dtype`) per 1 x G group into
     /// buffers sized for `rows >= m` rows (rows past `m` are left as they are): codes with row
     /// stride `ldk >= k`, scales in `order`. Returns the codes' and the scales' addresses.
     ///
@@ -313,6 +374,7 @@ impl GroupQuantBuffers {
         x: u64,
         dtype: DType,
         (m, k, rows, ldk): (usize, usize, usize, usize),
+        grouping: Grouping,
         order: ScaleOrder,
     ) -> Result<(u64, u64), CudaError> {
         if rows < m {
@@ -320,10 +382,10 @@ impl GroupQuantBuffers {
                 "quantization buffers for {rows} rows cannot hold {m}"
             )));
         }
-        let (q, s) = self.reserve(gpu, rows, k, ldk)?;
+        let (q, s) = self.reserve(gpu, rows, (k, grouping.cols), ldk)?;
         // SAFETY: the caller vouches for x and the stream; q holds rows * ldk >= m * ldk
-        // bytes and s rows * ceil(k / 128) floats on the same GPU (group128 checks ldk >= k).
-        unsafe { quant.group128(x, dtype, m, k, q, ldk, s, order)? };
+        // bytes and s rows * ceil(k / G) floats on the same GPU (groups checks ldk >= k).
+        unsafe { quant.groups(x, dtype, (m, k), grouping, q, ldk, s, order)? };
         Ok((q, s))
     }
 }

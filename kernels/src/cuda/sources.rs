@@ -37,17 +37,30 @@ pub fn quant_module() -> ModuleSpec {
     ModuleSpec::new("fp8_quant", with_common!("quant.cu"))
 }
 
-/// The portable GEMM module for `mt` m16 tiles per warp (BM = 32 * mt) and `stages`
-/// pipeline stages.
-pub fn block_gemm_module(mt: u32, stages: u32) -> ModuleSpec {
-    ModuleSpec::new("fp8_block_gemm", with_common!("block_gemm.cu"))
-        .option(format!("-DMT={mt}"))
-        .option(format!("-DSTAGES={stages}"))
+/// The `-D` options of a scale block `(rows along N, cols along K)` (none for 128 x 128,
+/// the sources' default).
+fn scale_block_options(spec: ModuleSpec, (rows, cols): (usize, usize)) -> ModuleSpec {
+    if (rows, cols) == (128, 128) {
+        return spec;
+    }
+    spec.option(format!("-DSBN={rows}"))
+        .option(format!("-DSBK={cols}"))
 }
 
-/// The Hopper module (compiled for the arch-specific `sm_90a`).
-pub fn hopper_module() -> ModuleSpec {
-    ModuleSpec::new("fp8_hopper_gemm", with_common!("hopper_gemm.cu")).arch_specific()
+/// The portable GEMM module for `mt` m16 tiles per warp (BM = 32 * mt), `stages` pipeline
+/// stages and weight scale blocks of `block` = (rows along N, cols along K).
+pub fn block_gemm_module(mt: u32, stages: u32, block: (usize, usize)) -> ModuleSpec {
+    let spec = ModuleSpec::new("fp8_block_gemm", with_common!("block_gemm.cu"))
+        .option(format!("-DMT={mt}"))
+        .option(format!("-DSTAGES={stages}"));
+    scale_block_options(spec, block)
+}
+
+/// The Hopper module (compiled for the arch-specific `sm_90a`) for weight scale blocks of
+/// `block` = (rows along N, cols along K).
+pub fn hopper_module(block: (usize, usize)) -> ModuleSpec {
+    let spec = ModuleSpec::new("fp8_hopper_gemm", with_common!("hopper_gemm.cu")).arch_specific();
+    scale_block_options(spec, block)
 }
 
 /// The Marlin module with the pipeline depth and occupancy of `tuning`. Load it with
@@ -130,13 +143,16 @@ mod tests {
     fn module_sources_put_the_helpers_first() {
         for (spec, body) in [
             (quant_module(), QUANT_BODY),
-            (block_gemm_module(1, 4), BLOCK_GEMM_BODY),
-            (hopper_module(), HOPPER_GEMM_BODY),
+            (block_gemm_module(1, 4, (128, 128)), BLOCK_GEMM_BODY),
+            (hopper_module((128, 128)), HOPPER_GEMM_BODY),
         ] {
             assert_eq!(spec.source, format!("{COMMON}\n{body}"), "{}", spec.name);
         }
         assert_eq!(marlin_module(&MarlinPipeline::default()).source, MARLIN);
-        assert!(hopper_module().arch_specific);
+        assert!(hopper_module((32, 32)).arch_specific);
+        // 128 x 128 blocks are the sources' default; other blocks are `-D` options.
+        assert!(block_gemm_module(1, 4, (128, 128)).options.len() == 2);
+        assert!(block_gemm_module(1, 4, (32, 64)).options.len() == 4);
         assert!(!quant_module().arch_specific);
     }
 
@@ -150,13 +166,19 @@ mod tests {
         }
         let tuning = MarlinPipeline::default();
         // FP8 mma needs sm_89; wgmma and TMA sm_90a; Marlin's bf16 mma sm_80.
-        let specs: [(ModuleSpec, &[&str]); 7] = [
+        let specs: [(ModuleSpec, &[&str]); 13] = [
             (quant_module(), &["sm_80", "sm_89", "sm_90"]),
-            (block_gemm_module(1, 4), &["sm_89", "sm_90"]),
-            (block_gemm_module(2, 4), &["sm_89", "sm_90"]),
-            (block_gemm_module(4, 4), &["sm_89", "sm_90"]),
-            (block_gemm_module(4, 3), &["sm_89", "sm_90"]),
-            (hopper_module(), &["sm_90a"]),
+            (block_gemm_module(1, 4, (128, 128)), &["sm_89", "sm_90"]),
+            (block_gemm_module(2, 4, (128, 128)), &["sm_89", "sm_90"]),
+            (block_gemm_module(4, 4, (128, 128)), &["sm_89", "sm_90"]),
+            (block_gemm_module(4, 3, (128, 128)), &["sm_89", "sm_90"]),
+            (block_gemm_module(4, 4, (32, 32)), &["sm_89"]),
+            (block_gemm_module(1, 4, (8, 64)), &["sm_89"]),
+            (block_gemm_module(2, 4, (128, 64)), &["sm_89"]),
+            (hopper_module((128, 128)), &["sm_90a"]),
+            (hopper_module((32, 32)), &["sm_90a"]),
+            (hopper_module((64, 64)), &["sm_90a"]),
+            (hopper_module((128, 64)), &["sm_90a"]),
             (marlin_module(&tuning), &["sm_80", "sm_86", "sm_89"]),
         ];
         for (spec, arches) in &specs {

@@ -1,21 +1,30 @@
 // Portable block-scaled FP8 GEMM (sm_89+): FP8 mma.sync m16n8k32 e4m3, cp.async multi-stage
-// pipeline, XOR-swizzled shared memory, f32 accumulation with the 1x128 activation and
-// 128x128 weight scales applied once per 128-long K block (promotion into a second set of
+// pipeline, XOR-swizzled shared memory, f32 accumulation with the 1xSBK activation and
+// SBN x SBK weight scales applied once per SBK-long K block (promotion into a second set of
 // f32 accumulators). Any M, N, K: rows past M / N and K chunks past the padded K are
 // zero-filled by cp.async, stores are masked.
 //
-//   out[m, n] = sum_kb As[m, kb] * Bs[n / 128, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
+//   out[m, n] = sum_kb As[m, kb] * Bs[n / SBN, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
 //
-// A: [M, lda] e4m3 codes (lda % 16 == 0, columns K..kp zero), As: [M, Kb] row-major f32.
-// B: [N, ldb] e4m3 codes (ldb % 16 == 0, columns K..kp zero), Bs: [ceil(N/128), Kb] f32.
-// Tile BM x 128 x 128 (BM = 32 * MT), 8 warps as 2 (M) x 4 (N). Split-K over blockIdx.z
-// accumulates into an f32 workspace with atomics; `splitk_finalize` converts it.
+// A: [M, lda] e4m3 codes (lda % 16 == 0, columns K..kp zero), As: [M, Kbs] row-major f32.
+// B: [N, ldb] e4m3 codes (ldb % 16 == 0, columns K..kp zero), Bs: [ceil(N/SBN), Kbs] f32,
+// Kbs = ceil(K / SBK). The scale block: SBN (along N) a multiple of 8 (each 8-column MMA
+// tile inside one block), SBK (along K) 32, 64 or 128. Tile BM x 128 x 128 (BM = 32 * MT), 8 warps as 2 (M) x 4 (N); a 128-long K tile
+// holds 128 / SBK scale blocks, each promoted after its SBK / 32 MMA K steps. Split-K over
+// blockIdx.z (in 128-long K tiles) accumulates into an f32 workspace with atomics;
+// `splitk_finalize` converts it.
 
 #ifndef MT
 #define MT 4
 #endif
 #ifndef STAGES
 #define STAGES 4
+#endif
+#ifndef SBN
+#define SBN 128
+#endif
+#ifndef SBK
+#define SBK 128
 #endif
 #define BM (32 * MT)
 #define BN 128
@@ -91,6 +100,7 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                            int kb_per_split) {
     extern __shared__ __align__(128) u8 smem[];
     const int Kb = (K + BK - 1) / BK;
+    const int Kbs = (K + SBK - 1) / SBK, nbs = (N + SBN - 1) / SBN;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
     const int kb0 = blockIdx.z * kb_per_split;
     const int kb1 = min(Kb, kb0 + kb_per_split);
@@ -121,7 +131,6 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
         if (s < nk) load(s, kb0 + s);
         cp_async_commit();
     }
-    const float* bs_row = Bs + (long long)(n0 / 128) * Kb;
     for (int i = 0; i < nk; ++i) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
@@ -148,23 +157,42 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) mma_e4m3(part[mt][nt], af[mt], bf[nt]);
-        }
-        // Promotion: apply this K block's scales once, in f32.
-        const int kb = kb0 + i;
-        const float bsv = bs_row[kb];
+            if ((ks + 1) % (SBK / 32) != 0) continue;
+            // Promotion: apply this scale block's scales once, in f32. Blocks past K (the
+            // last K tile of a K that is not a multiple of 128) hold zero partial sums.
+            const int kbs = (kb0 + i) * (BK / SBK) + ks / (SBK / 32);
+            if (kbs < Kbs) {
+                float bsv[4];
+                if (SBN % 32 == 0) {  // a warp's 32 columns share one block row
+                    const int br = min((n0 + wn * 32) / SBN, nbs - 1);
+                    bsv[0] = bsv[1] = bsv[2] = bsv[3] = Bs[(long long)br * Kbs + kbs];
+                } else {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            const int r0 = m0 + wm * WM + mt * 16 + g;
-            const float f0 = r0 < M ? As[(long long)r0 * Kb + kb] * bsv : 0.f;
-            const float f1 = r0 + 8 < M ? As[(long long)(r0 + 8) * Kb + kb] * bsv : 0.f;
+                    for (int nt = 0; nt < 4; ++nt) {
+                        const int br = min((n0 + wn * 32 + nt * 8) / SBN, nbs - 1);
+                        bsv[nt] = Bs[(long long)br * Kbs + kbs];
+                    }
+                }
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                tot[mt][nt][0] += part[mt][nt][0] * f0;
-                tot[mt][nt][1] += part[mt][nt][1] * f0;
-                tot[mt][nt][2] += part[mt][nt][2] * f1;
-                tot[mt][nt][3] += part[mt][nt][3] * f1;
-                part[mt][nt][0] = part[mt][nt][1] = part[mt][nt][2] = part[mt][nt][3] = 0.f;
+                for (int mt = 0; mt < MT; ++mt) {
+                    const int r0 = m0 + wm * WM + mt * 16 + g;
+                    const float a0 = r0 < M ? As[(long long)r0 * Kbs + kbs] : 0.f;
+                    const float a1 = r0 + 8 < M ? As[(long long)(r0 + 8) * Kbs + kbs] : 0.f;
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt) {
+                        const float f0 = a0 * bsv[nt], f1 = a1 * bsv[nt];
+                        tot[mt][nt][0] += part[mt][nt][0] * f0;
+                        tot[mt][nt][1] += part[mt][nt][1] * f0;
+                        tot[mt][nt][2] += part[mt][nt][2] * f1;
+                        tot[mt][nt][3] += part[mt][nt][3] * f1;
+                    }
+                }
             }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+                    part[mt][nt][0] = part[mt][nt][1] = part[mt][nt][2] = part[mt][nt][3] = 0.f;
         }
     }
     cp_async_wait<0>();

@@ -103,10 +103,10 @@ __device__ __forceinline__ u32 warp_max_u32(u32 v) {
     return v;
 }
 
-// Max over each aligned group of 16 lanes (every lane of the warp must call it).
-__device__ __forceinline__ u32 half_warp_max_u32(u32 v) {
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+// Max over each aligned group of `lanes` lanes (a power of two <= 32; every lane of the
+// warp must call it).
+__device__ __forceinline__ u32 lane_group_max_u32(u32 v, int lanes) {
+    for (int o = lanes >> 1; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -115,4 +115,17 @@ __device__ __forceinline__ float scale_from_amax_bits(u32 amax_bits) {
     float amax = __uint_as_float(amax_bits);
     if (amax_bits > 0x7f800000u) return amax;
     return fmaxf(amax, MIN_ABSMAX) / E4M3_MAX;
+}
+
+// The ue8m0 form of a positive scale: rounded up to a power of two, on the bits (as
+// fp8_linear_core::fp8::round_scale_ue8m0). A normal s with mantissa bits becomes the next
+// power of two up (exponent fields 1..=253); a positive subnormal becomes 2^-126; zero,
+// NaN, infinities, negatives and exponent field 254 are returned unchanged.
+__device__ __forceinline__ float ue8m0_ceil(float s) {
+    u32 b = __float_as_uint(s);
+    const u32 e = (b >> 23) & 0xffu;
+    if (b & 0x80000000u) return s;
+    if (e == 0) return b != 0 ? __uint_as_float(0x00800000u) : s;
+    if (e <= 253 && (b & 0x7fffffu) != 0) b = (b & 0xff800000u) + 0x00800000u;
+    return __uint_as_float(b);
 }

@@ -1,21 +1,32 @@
 // Hopper block-scaled FP8 GEMM (sm_90a): TMA loads into a STAGES-deep shared-memory ring
 // guarded by mbarriers, one producer warpgroup (one issuing thread, few registers through
 // setmaxnreg), NWG math warpgroups issuing wgmma m64n128k32 e4m3 x e4m3 -> f32 from
-// 128B-swizzled K-major shared-memory descriptors. Each 128-long K block is multiplied into
-// fresh accumulators and then promoted into f32 totals with As[m, kb] * Bs[n / 128, kb].
-// Persistent: a grid of at most one CTA per SM walks the (tile, K split) work units.
+// 128B-swizzled K-major shared-memory descriptors. Each SBK-long scale block of a 128-long
+// K tile is multiplied into fresh accumulators and then promoted into f32 totals with
+// As[m, kb] * Bs[n / SBN, kb] (scale blocks SBN x SBK: SBN 32, 64 or 128 along N, SBK 32, 64
+// or 128 along K). Persistent: a grid of at most one CTA per SM walks the (tile, K split)
+// work units.
 //
-//   out[m, n] = sum_kb As[m, kb] * Bs[n / 128, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
+//   out[m, n] = sum_kb As[m, kb] * Bs[n / SBN, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
 //
 // A: [M, ldk] e4m3 codes through tensor map `ta` (box 128 x BM), columns K..ldk zero.
 // B: [N, ldk] e4m3 codes through tensor map `tb` (box 128 x 128). TMA zero-fills rows past
 // M / N and columns past ldk, so partial tiles need no masking on the load side.
-// As: [Kb, M] f32 (M fastest), Bs: [ceil(N/128), Kb] f32. Stores are masked. With more than
+// As: [Kbs, M] f32 (M fastest), Bs: [ceil(N/SBN), Kbs] f32, Kbs = ceil(K / SBK). Stores
+// are masked. With more than
 // one K split, split s stores its partial sums to ws[s][M][N] (plain stores, every valid
 // element of its tile) and `hopper_finalize_*` sums the splits in order (deterministic).
 
 #define BN 128
 #define BK 128
+#ifndef SBN
+#define SBN 128
+#endif
+#ifndef SBK
+#define SBK 128
+#endif
+#define SUBS (BK / SBK)  // scale blocks per K tile
+#define NSB (BN / SBN)   // scale rows per N tile
 
 struct __align__(64) TmaDesc {
     u64 opaque[16];
@@ -135,6 +146,26 @@ __device__ __forceinline__ Unit unit_of(int u, int num_m, int splits, int kbps, 
     return r;
 }
 
+// The scales of K tile `kb` for the rows r0, r1 (0 past M) and the NSB scale rows of the N
+// tile starting at scale row `brow0` (clamped to the last row, `nbs - 1`); 0 for scale
+// blocks past K.
+__device__ __forceinline__ void tile_scales(const float* __restrict__ As,
+                                            const float* __restrict__ Bs, int kb, int Kbs,
+                                            int M, int r0, int r1, int brow0, int nbs,
+                                            float (&a0)[SUBS], float (&a1)[SUBS],
+                                            float (&b)[SUBS][NSB]) {
+#pragma unroll
+    for (int sb = 0; sb < SUBS; ++sb) {
+        const int kbs = kb * SUBS + sb;
+        const bool ok = kbs < Kbs;
+        a0[sb] = ok && r0 < M ? As[(long long)kbs * M + r0] : 0.f;
+        a1[sb] = ok && r1 < M ? As[(long long)kbs * M + r1] : 0.f;
+#pragma unroll
+        for (int q = 0; q < NSB; ++q)
+            b[sb][q] = ok ? Bs[(long long)min(brow0 + q, nbs - 1) * Kbs + kbs] : 0.f;
+    }
+}
+
 template <int NWG, int STAGES, int OUT>
 __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb,
                                             const float* __restrict__ As,
@@ -148,6 +179,7 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
     const u32 sa = base, sb = base + STAGES * A_BYTES;
     const u32 bars = sb + STAGES * B_BYTES;  // full[STAGES], then empty[STAGES]
     const int Kb = (K + BK - 1) / BK;
+    const int Kbs = (K + SBK - 1) / SBK, nbs = (N + SBN - 1) / SBN;
     const int num_m = (M + BM - 1) / BM, num_n = (N + BN - 1) / BN;
     const int units = num_m * num_n * splits;
     const int wg = threadIdx.x / 128;
@@ -200,35 +232,57 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
         const int r0 = w.m0 + row_in, r1 = r0 + 8;
 #pragma unroll
         for (int i = 0; i < 64; ++i) tot[i] = 0.f;
-        const float* bs_row = Bs + (long long)w.nb * Kb;
-        // Scales are loaded one K block ahead, so their latency hides behind a whole block.
-        float nbs = bs_row[w.kb0];
-        float na0 = r0 < M ? As[(long long)w.kb0 * M + r0] : 0.f;
-        float na1 = r1 < M ? As[(long long)w.kb0 * M + r1] : 0.f;
+        const int brow0 = w.nb * NSB;
+        // Scales are loaded one K tile ahead, so their latency hides behind a whole tile.
+        float na0[SUBS], na1[SUBS], nbv[SUBS][NSB];
+        tile_scales(As, Bs, w.kb0, Kbs, M, r0, r1, brow0, nbs, na0, na1, nbv);
         for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
             const u32 s = it % STAGES, ph = (it / STAGES) & 1;
-            const float bsv = nbs, a0 = na0, a1 = na1;
-            if (kb + 1 < w.kb1) {
-                nbs = bs_row[kb + 1];
-                na0 = r0 < M ? As[(long long)(kb + 1) * M + r0] : 0.f;
-                na1 = r1 < M ? As[(long long)(kb + 1) * M + r1] : 0.f;
+            float a0[SUBS], a1[SUBS], bv[SUBS][NSB];
+#pragma unroll
+            for (int sub = 0; sub < SUBS; ++sub) {
+                a0[sub] = na0[sub];
+                a1[sub] = na1[sub];
+#pragma unroll
+                for (int q = 0; q < NSB; ++q) bv[sub][q] = nbv[sub][q];
             }
+            if (kb + 1 < w.kb1)
+                tile_scales(As, Bs, kb + 1, Kbs, M, r0, r1, brow0, nbs, na0, na1, nbv);
             mbar_wait(bars + 8 * s, ph);
-            if (active) {
-                const u64 da = wgmma_desc(sa + s * A_BYTES + mw * 64 * BK);
-                const u64 db = wgmma_desc(sb + s * B_BYTES);
-                wgmma_fence();
+            const u64 da = wgmma_desc(sa + s * A_BYTES + mw * 64 * BK);
+            const u64 db = wgmma_desc(sb + s * B_BYTES);
 #pragma unroll
-                for (int j = 0; j < BK / 32; ++j) wgmma_m64n128k32(acc, da + 2 * j, db + 2 * j, j);
-                wgmma_commit();
-                wgmma_wait0();
-            }
-            __syncwarp();
-            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
-            if (active) {
-                const float f0 = a0 * bsv, f1 = a1 * bsv;
+            for (int sub = 0; sub < SUBS; ++sub) {
+                if (active) {
+                    wgmma_fence();
 #pragma unroll
-                for (int i = 0; i < 64; ++i) tot[i] += acc[i] * ((i & 2) ? f1 : f0);
+                    for (int j = 0; j < SBK / 32; ++j) {
+                        const int kk = sub * (SBK / 32) + j;
+                        wgmma_m64n128k32(acc, da + 2 * kk, db + 2 * kk, j);
+                    }
+                    wgmma_commit();
+                    wgmma_wait0();
+                }
+                if (sub == SUBS - 1) {
+                    // The stage's last MMAs are done: hand it back to the producer.
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
+                }
+                if (active) {
+                    float f0[NSB], f1[NSB];
+#pragma unroll
+                    for (int q = 0; q < NSB; ++q) {
+                        f0[q] = a0[sub] * bv[sub][q];
+                        f1[q] = a1[sub] * bv[sub][q];
+                    }
+                    // Accumulator i sits in column 8 * (i / 4) + col_in + (i % 2) of the
+                    // tile: scale row 8 * (i / 4) / SBN.
+#pragma unroll
+                    for (int i = 0; i < 64; ++i) {
+                        const int q = (8 * (i / 4)) / SBN;
+                        tot[i] += acc[i] * ((i & 2) ? f1[q] : f0[q]);
+                    }
+                }
             }
         }
         if (!active) continue;

@@ -1,30 +1,34 @@
 // Dynamic activation quantization to e4m3, bit-identical to kernels/src/cpu/quantize.rs:
-// scale = max(absmax, 1e-10) / 448 in f32, q = RNE-saturating e4m3 of x / scale (correctly rounded,
-// see div_by_scale). Outputs: codes [M, ldq] (columns K..ldq zeroed), f32 scales.
+// scale = max(absmax, 1e-10) / 448 in f32 (rounded up to a power of two by ue8m0_ceil when
+// `ue8m0`), q = RNE-saturating e4m3 of x / scale (correctly rounded, see div_by_scale).
+// Outputs: codes [M, ldq] (columns K..ldq zeroed), f32 scales.
 
-// 1 x 128 groups: 16 threads per (row, group), 8 elements each (16-byte loads for 16-bit
-// input). Scale of (row, g) at s[row * s_row + g * s_col]. Every thread takes part in the
-// shuffles; threads past the last group only skip their loads and stores.
+// 1 x G groups (G = `group`, a power of two from 8 to 128): G / 8 threads per (row, group),
+// 8 elements each (16-byte loads for 16-bit input). Scale of (row, g) at
+// s[row * s_row + g * s_col]. Every thread takes part in the shuffles; threads past the last
+// group only skip their loads and stores.
 template <int T>
-__device__ void quant_group128(const typename In<T>::E* __restrict__ x, u8* __restrict__ q,
-                               float* __restrict__ s, int M, int K, int ldq, long long s_row,
-                               long long s_col, int vec) {
-    const int sub = threadIdx.x & 15;
-    const int groups = (K + 127) / 128;
-    const long long gid = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 4;
+__device__ void quant_groups(const typename In<T>::E* __restrict__ x, u8* __restrict__ q,
+                             float* __restrict__ s, int M, int K, int ldq, long long s_row,
+                             long long s_col, int vec, int group, int ue8m0) {
+    const int lanes = group >> 3;
+    const int sub = threadIdx.x & (lanes - 1);
+    const int groups = (K + group - 1) / group;
+    const long long gid = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / lanes;
     const bool active = gid < (long long)M * groups;
     const int row = active ? (int)(gid / groups) : 0;
     const int g = active ? (int)(gid % groups) : 0;
-    const int c0 = g * 128 + sub * 8;
+    const int c0 = g * group + sub * 8;
     const int valid = active ? max(0, min(8, K - c0)) : 0;
     float v[8];
     load8<T>(x + (long long)row * K + c0, vec != 0, valid, v);
     u32 m = 0;
 #pragma unroll
     for (int j = 0; j < 8; ++j) m = max(m, abs_bits(v[j]));
-    m = half_warp_max_u32(m);
+    m = lane_group_max_u32(m, lanes);
     if (!active) return;
-    const float scale = scale_from_amax_bits(m);
+    float scale = scale_from_amax_bits(m);
+    if (ue8m0) scale = ue8m0_ceil(scale);
     const float rcp = __frcp_rn(scale);
     if (sub == 0) s[row * s_row + g * s_col] = scale;
     u32 lo = 0, hi = 0;
@@ -47,7 +51,7 @@ __device__ void quant_group128(const typename In<T>::E* __restrict__ x, u8* __re
 template <int T>
 __device__ void quant_rows(const typename In<T>::E* __restrict__ x, u8* __restrict__ q,
                            float* __restrict__ s, int M, int K, int ldq,
-                           const float* __restrict__ ub) {
+                           const float* __restrict__ ub, int ue8m0) {
     __shared__ u32 red[8];
     for (int row = blockIdx.x; row < M; row += gridDim.x) {
         const typename In<T>::E* xr = x + (long long)row * K;
@@ -64,6 +68,7 @@ __device__ void quant_rows(const typename In<T>::E* __restrict__ x, u8* __restri
             const float ubs = fmaxf(*ub, MIN_ABSMAX) / E4M3_MAX;
             scale = scale != scale ? ubs : fminf(scale, ubs);
         }
+        if (ue8m0) scale = ue8m0_ceil(scale);
         if (threadIdx.x == 0) s[row] = scale;
         const float rcp = __frcp_rn(scale);
         u8* qr = q + (long long)row * ldq;
@@ -84,14 +89,21 @@ __device__ void absmax_all(const typename In<T>::E* __restrict__ x, long long n,
 }
 
 // One scale for the tensor: static (*scale) when amax_bits == null, else computed from the
-// absmax. Writes the scale to s_rows[row] for every row when s_rows != null (for kernels
-// that take per-row scales). Grid: x over columns (1024 per block), y over rows.
+// absmax (rounded up to a power of two when `ue8m0`). Writes the scale to s_rows[row] for
+// every row when s_rows != null (for kernels that take per-row scales). Grid: x over
+// columns (1024 per block), y over rows.
 template <int T>
 __device__ void quant_tensor(const typename In<T>::E* __restrict__ x, u8* __restrict__ q,
                              int M, int K, int ldq, const float* __restrict__ scale,
                              const u32* __restrict__ amax_bits, float* __restrict__ s_rows,
-                             float* __restrict__ s_one) {
-    const float sc = amax_bits != 0 ? scale_from_amax_bits(*amax_bits) : *scale;
+                             float* __restrict__ s_one, int ue8m0) {
+    float sc;
+    if (amax_bits != 0) {
+        sc = scale_from_amax_bits(*amax_bits);
+        if (ue8m0) sc = ue8m0_ceil(sc);
+    } else {
+        sc = *scale;  // static: `scale` is only given (non-null) then
+    }
     const float rcp = __frcp_rn(sc);
     for (int row = blockIdx.y; row < M; row += gridDim.y) {
         if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -106,14 +118,15 @@ __device__ void quant_tensor(const typename In<T>::E* __restrict__ x, u8* __rest
 }
 
 #define INSTANTIATE(T, NAME)                                                                    \
-    extern "C" __global__ void quant_group128_##NAME(const In<T>::E* x, u8* q, float* s, int M,  \
-                                                     int K, int ldq, long long s_row,            \
-                                                     long long s_col, int vec) {                 \
-        quant_group128<T>(x, q, s, M, K, ldq, s_row, s_col, vec);                               \
+    extern "C" __global__ void quant_groups_##NAME(const In<T>::E* x, u8* q, float* s, int M,    \
+                                                   int K, int ldq, long long s_row,              \
+                                                   long long s_col, int vec, int group,          \
+                                                   int ue8m0) {                                  \
+        quant_groups<T>(x, q, s, M, K, ldq, s_row, s_col, vec, group, ue8m0);                   \
     }                                                                                           \
     extern "C" __global__ void quant_rows_##NAME(const In<T>::E* x, u8* q, float* s, int M,      \
-                                                 int K, int ldq, const float* ub) {              \
-        quant_rows<T>(x, q, s, M, K, ldq, ub);                                                  \
+                                                 int K, int ldq, const float* ub, int ue8m0) {   \
+        quant_rows<T>(x, q, s, M, K, ldq, ub, ue8m0);                                           \
     }                                                                                           \
     extern "C" __global__ void absmax_##NAME(const In<T>::E* x, long long n, u32* amax_bits) {   \
         absmax_all<T>(x, n, amax_bits);                                                         \
@@ -121,8 +134,8 @@ __device__ void quant_tensor(const typename In<T>::E* __restrict__ x, u8* __rest
     extern "C" __global__ void quant_tensor_##NAME(const In<T>::E* x, u8* q, int M, int K,       \
                                                    int ldq, const float* scale,                  \
                                                    const u32* amax_bits, float* s_rows,          \
-                                                   float* s_one) {                               \
-        quant_tensor<T>(x, q, M, K, ldq, scale, amax_bits, s_rows, s_one);                      \
+                                                   float* s_one, int ue8m0) {                    \
+        quant_tensor<T>(x, q, M, K, ldq, scale, amax_bits, s_rows, s_one, ue8m0);               \
     }
 
 INSTANTIATE(0, f32)

@@ -1,0 +1,162 @@
+//! Helpers shared by the GPU benches (each includes this file with `mod common;`; cargo does
+//! not build `benches/common/` as a bench of its own): random FP8 weights and scales, the
+//! [`LayerWeights`] of a layer config, whether a CUDA kernel runs on a GPU, the median of
+//! samples, and the read-only L2 flush.
+#![allow(dead_code)] // each bench uses a part
+
+use std::sync::Arc;
+
+use fp8_linear::cuda::runtime::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu, ModuleSpec};
+use fp8_linear::{Capability, KernelEntry, LayerConfig, LayerWeights, Tensor};
+use rand::{Rng, RngCore};
+
+/// Bytes the L2 flush reads: five times the H200's 50 MiB L2.
+pub const FLUSH_BYTES: usize = 256 << 20;
+
+const FLUSH_SRC: &str = r#"
+extern "C" __global__ void l2_flush_read(const uint4* p, unsigned long long n, unsigned* sink) {
+    unsigned acc = 0;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        uint4 v = p[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; never true for a zero buffer
+}
+"#;
+
+/// Evicts the weights from L2 before a timed launch by reading a 256 MiB buffer (a read,
+/// not a memset: a write flush leaves L2 full of dirty lines whose write-back would be
+/// charged to the next kernel). It also keeps the GPU busy while the timed launch is
+/// enqueued, so the events time device work alone.
+pub struct Flush {
+    buf: DeviceBuffer<u8>,
+    sink: DeviceBuffer<u8>,
+    func: CudaFunction,
+    blocks: u32,
+}
+
+impl Flush {
+    /// Loads the flush kernel and allocates its buffer on `gpu`.
+    pub fn new(gpu: &Arc<Gpu>) -> Self {
+        let (module, _) = gpu
+            .module(&ModuleSpec::new("l2_flush", FLUSH_SRC))
+            .expect("flush module");
+        Flush {
+            buf: DeviceBuffer::zeros(gpu, FLUSH_BYTES).expect("flush buffer"),
+            sink: DeviceBuffer::zeros(gpu, 4).expect("sink"),
+            func: module.load_function("l2_flush_read").expect("flush kernel"),
+            blocks: gpu.device().sm_count * 8,
+        }
+    }
+
+    /// Enqueues the flush on `gpu`'s stream.
+    pub fn run(&self, gpu: &Gpu) -> Result<(), String> {
+        let (p, n, sink) = (self.buf.ptr(), (FLUSH_BYTES / 16) as u64, self.sink.ptr());
+        let mut b = gpu.stream().launch_builder(&self.func);
+        b.arg(&p).arg(&n).arg(&sink);
+        let cfg = LaunchConfig {
+            grid_dim: (self.blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: p holds n 16-byte words and sink 4 bytes, both on this GPU.
+        unsafe { b.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    }
+}
+
+/// Random FP8 e4m3 codes (the NaN patterns replaced), fast enough for 132 MB weights.
+pub fn random_codes(len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    rand::rng().fill_bytes(&mut v);
+    for b in &mut v {
+        if *b & 0x7f == 0x7f {
+            *b &= 0xfe;
+        }
+    }
+    v
+}
+
+/// `len` random weight scales in [0.5, 2) / 448 (dequantized weights of order 1).
+pub fn random_scales(len: usize) -> Vec<f32> {
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| rng.random_range(0.5f32..2.0) / 448.0)
+        .collect()
+}
+
+/// The weights of a layer of config `cfg`: `codes` holds `N x K` FP8 codes, `scales` at
+/// least as many scales as the config's weight-scale shape counts (`max(N, blocks)` covers
+/// every kind), `one` the single static input scale, used when the activations are
+/// statically quantized.
+pub fn weights_for<'a>(
+    cfg: &LayerConfig,
+    codes: &'a [u8],
+    scales: &'a [f32],
+    one: &'a [f32],
+) -> LayerWeights<'a> {
+    let shape = cfg.weight_scale_shape();
+    let count = shape[0] * shape[1];
+    let act_static = cfg.activation.is_some_and(|a| !a.dynamic);
+    LayerWeights {
+        weight: Tensor::fp8(codes, [cfg.n, cfg.k]),
+        weight_scale: Tensor::f32(&scales[..count], shape),
+        input_scale: act_static.then(|| Tensor::f32(one, [1, 1])),
+        input_scale_ub: None,
+        bias: None,
+    }
+}
+
+/// Whether `entry` runs on a GPU of capability `cap`: natively (its `arch`) or forced by
+/// name (its `force_arch`), as the GPU tests and benches build it with
+/// `Linear::with_entry` / `KernelEntry::build`.
+pub fn runs_on(entry: &KernelEntry, cap: Capability) -> bool {
+    entry.arch.matches(Some(cap)) || entry.force_arch.is_some_and(|a| a.matches(Some(cap)))
+}
+
+/// The median of `v` (sorted in place); NaN when empty.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+/// GPU 0 with NVRTC, or None after printing why the bench is skipped ("skipped: ...").
+pub fn gpu_or_skip() -> Option<Arc<Gpu>> {
+    match runtime::probe::nvrtc().and_then(|_| Gpu::open(0)) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+/// The median microseconds of `call` over `samples` calls after `warmup` untimed ones, each
+/// after an L2 flush, timed with CUDA events around the call alone on `gpu`'s stream.
+pub fn flushed_median(
+    gpu: &Gpu,
+    timer: &EventTimer,
+    flush: &Flush,
+    (warmup, samples): (usize, usize),
+    mut call: impl FnMut() -> Result<(), String>,
+) -> Result<f64, String> {
+    let stream = gpu.stream().clone();
+    let mut us = Vec::with_capacity(samples);
+    for i in 0..warmup + samples {
+        flush.run(gpu)?;
+        timer.start(&stream).map_err(|e| e.to_string())?;
+        call()?;
+        let ms = timer.stop(&stream).map_err(|e| e.to_string())?;
+        if i >= warmup {
+            us.push(f64::from(ms) * 1e3);
+        }
+    }
+    Ok(median(&mut us))
+}
