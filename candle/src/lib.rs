@@ -19,7 +19,9 @@
 //! [`Fp8Linear::load`] (or [`linear`], which keeps the modules the quantization config lists
 //! as not converted, such as `lm_head`, as plain `candle_nn::Linear`s). The checkpoint's
 //! `quantization_config` ([`QuantConfig::read`] on the checkpoint directory) decides the
-//! layer's quantization: `weight` (F8E4M3) with `weight_scale_inv` per 128x128 block, or
+//! layer's quantization: `weight` (F8E4M3) with `weight_scale_inv` per block of
+//! `weight_block_size` (128x128, 32x32, 64x64, 128x64, ...; `scale_fmt: "ue8m0"` makes the
+//! activation scales powers of two too), or
 //! `weight_scale` per tensor / per output channel with `input_scale` for a static
 //! activation scheme; `bias` when the checkpoint has one. The VarBuilder's dtype is the
 //! activation dtype (bf16, f16 or f32) and its device the layer's.

@@ -43,10 +43,11 @@ fn err(name: &str, problem: Problem) -> candle_core::Error {
     })
 }
 
-/// Host f32 values of a small tensor.
+/// Host f32 values of a tensor: copied to the host first, then converted there (candle's
+/// CUDA backend has no cast kernel for F8E4M3 on every build, and the copy is raw bytes).
 fn host_f32(t: &Tensor) -> candle_core::Result<Vec<f32>> {
-    t.to_dtype(DType::F32)?
-        .to_device(&Device::Cpu)?
+    t.to_device(&Device::Cpu)?
+        .to_dtype(DType::F32)?
         .flatten_all()?
         .to_vec1::<f32>()
 }
@@ -206,12 +207,7 @@ impl Fp8Weights {
     /// channel's, or the tensor's) scale.
     pub fn dequantize(&self) -> candle_core::Result<Vec<f32>> {
         let (n, k) = (self.config.n, self.config.k);
-        let codes = self
-            .codes
-            .to_dtype(DType::F32)?
-            .to_device(&Device::Cpu)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
+        let codes = host_f32(&self.codes)?;
         let sc = self.config.weight_scale_shape()[1];
         // Rows and columns per scale.
         let (br, bc) = match self.config.weight.group {
