@@ -34,6 +34,7 @@ mod plan_tp;
 mod progress;
 mod run_layer;
 mod sizes;
+mod tp_run;
 
 use std::process::ExitCode;
 
@@ -360,6 +361,22 @@ fn run(cli: &Cli) -> Result<ExitCode, CliError> {
             overrides,
         } => {
             let options = overrides.options(&env)?;
+            let spec = model_run::RunSpec {
+                m: *m,
+                iters: *iters,
+                check: checkpoint.check,
+                only: checkpoint.only.as_deref(),
+            };
+            if let (Some(dir), Some(devices)) = (&checkpoint.dir, &checkpoint.devices) {
+                let places = tp_run::open_places(devices)?;
+                let report = tp_run::run(dir, &BUILTIN, &places, &spec, &options, cli.json)?;
+                if cli.json {
+                    println!("{:#}", report.json());
+                } else {
+                    print!("{}", report.text());
+                }
+                return Ok(error::exit_code(report.outcome()));
+            }
             if let Some(dir) = &checkpoint.dir {
                 let place = Place::open(target, cli.json)?;
                 let report = model_run::run(
@@ -367,12 +384,7 @@ fn run(cli: &Cli) -> Result<ExitCode, CliError> {
                     &BUILTIN,
                     &place,
                     place.executor().as_mut(),
-                    &model_run::RunSpec {
-                        m: *m,
-                        iters: *iters,
-                        check: checkpoint.check,
-                        only: checkpoint.only.as_deref(),
-                    },
+                    &spec,
                     &options,
                     cli.json,
                 )?;

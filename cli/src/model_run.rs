@@ -15,7 +15,6 @@ use std::time::Instant;
 use clap::Args;
 use fp8_linear::{Linear, Options, Registry};
 use fp8_linear_checkpoint::{Checkpoint, QuantLayer};
-use rand::Rng;
 use serde_json::{json, Value};
 
 use crate::check::{count_nan, tolerance, Reference};
@@ -23,8 +22,8 @@ use crate::error::{CliError, Kind};
 use crate::layer_reference::reference_rows;
 use crate::place::{choose, Place};
 use crate::plan::bytes;
-use crate::run_layer::{gather_rows, sample_rows, to_dtype_bits, Executor};
-use crate::sizes::{try_collect, try_filled};
+use crate::run_layer::{gather_rows, random_activations, sample_rows, Executor};
+use crate::sizes::try_filled;
 
 /// Checkpoint options of `run`.
 #[derive(Args, Debug, Clone)]
@@ -42,6 +41,12 @@ pub struct CheckpointRunArgs {
     /// `layers.0.`).
     #[arg(long, value_name = "TEXT", requires = "dir")]
     pub only: Option<String>,
+    /// With DIR: tensor parallelism, one shard of every layer per listed device (GPU
+    /// ordinals or `cpu`, at least two: `0,1`; `0,0` puts both shards on GPU 0), split as
+    /// engines split them (q/k/v/gate/up over N, o/down over K); reports every shard's
+    /// kernel and time and the time per rank.
+    #[arg(long, value_name = "LIST", requires = "dir", conflicts_with_all = ["gpu", "cpu"], value_parser = crate::tp_run::parse_devices)]
+    pub devices: Option<crate::tp_run::Devices>,
 }
 
 /// What a checkpoint run does: rows, timed calls, layers to check, a layer-name filter.
@@ -93,7 +98,7 @@ impl LayerResult {
 
 /// Which layers to check: the first layer of each distinct config, then layers spread
 /// evenly, up to `count`.
-fn check_set(layers: &[QuantLayer], count: usize) -> HashSet<usize> {
+pub fn check_set(layers: &[QuantLayer], count: usize) -> HashSet<usize> {
     let mut set = HashSet::new();
     let mut seen = HashSet::new();
     for (i, l) in layers.iter().enumerate() {
@@ -174,15 +179,8 @@ fn run_layer(
     };
     res.load_seconds = t.elapsed().as_secs_f64();
     res.kernel = Ok(linear.entry().name);
-    let mut rng = rand::rng();
     // The sizes were checked against memory before the first layer ran.
-    let len = m.saturating_mul(c.k);
-    let x = try_collect(
-        "activations",
-        len,
-        (0..len).map(|_| rng.random_range(-1.0f32..1.0)),
-    )?;
-    let x = to_dtype_bits(x, c.input_dtype);
+    let x = random_activations(&c, m)?;
     let mut out = try_filled("output", m.saturating_mul(c.n), f32::NAN)?;
     // One untimed call (first touch, module load), then the timed ones.
     let mut times = Vec::with_capacity(iters);
@@ -434,6 +432,38 @@ impl ModelReport {
     }
 }
 
+/// The checkpoint's quantized layers, or those whose name contains `only` (none is bad
+/// input, naming a few layers).
+pub fn pick_layers(
+    ck: &Checkpoint,
+    dir: &Path,
+    only: Option<&str>,
+) -> Result<Vec<QuantLayer>, CliError> {
+    let Some(text) = only else {
+        return Ok(ck.layers().to_vec());
+    };
+    let picked: Vec<QuantLayer> = ck
+        .layers()
+        .iter()
+        .filter(|l| l.name.contains(text))
+        .cloned()
+        .collect();
+    if picked.is_empty() {
+        let some: Vec<&str> = ck
+            .layers()
+            .iter()
+            .take(4)
+            .map(|l| l.name.as_str())
+            .collect();
+        return Err(CliError::bad_input(format!(
+            "--only {text}: no layer of {} has it in its name (layers: {}, ...)",
+            dir.display(),
+            some.join(", ")
+        )));
+    }
+    Ok(picked)
+}
+
 /// Runs every layer (or the `--only` ones) of the checkpoint at `dir` on the place's target
 /// through `exec`, with the kernels `registry` selects. The memory of the largest layer at
 /// M is checked before anything runs.
@@ -454,31 +484,7 @@ pub fn run(
     } = *spec;
     let wall = Instant::now();
     let ck = Checkpoint::open(dir).map_err(crate::error::checkpoint_error)?;
-    let layers: Vec<QuantLayer> = match only {
-        None => ck.layers().to_vec(),
-        Some(text) => {
-            let picked: Vec<QuantLayer> = ck
-                .layers()
-                .iter()
-                .filter(|l| l.name.contains(text))
-                .cloned()
-                .collect();
-            if picked.is_empty() {
-                let some: Vec<&str> = ck
-                    .layers()
-                    .iter()
-                    .take(4)
-                    .map(|l| l.name.as_str())
-                    .collect();
-                return Err(CliError::bad_input(format!(
-                    "--only {text}: no layer of {} has it in its name (layers: {}, ...)",
-                    dir.display(),
-                    some.join(", ")
-                )));
-            }
-            picked
-        }
-    };
+    let layers = pick_layers(&ck, dir, only)?;
     // Sizes first: the largest layer at M must fit before any layer runs.
     let mut biggest: Option<(u64, &QuantLayer)> = None;
     for l in &layers {

@@ -142,10 +142,15 @@ impl TpPlan {
             for sh in shards {
                 let x = &sh.shard;
                 s += &format!(
-                    "  rank {}: rows {}..{} cols {}..{}{}  {}\n",
+                    "  rank {}: rows {}..{}{} cols {}..{}{}  {}\n",
                     x.rank,
                     x.rows.start,
                     x.rows.end,
+                    if x.lead_rows > 0 {
+                        format!(" (+{} zero rows in front)", x.lead_rows)
+                    } else {
+                        String::new()
+                    },
                     x.cols.start,
                     x.cols.end,
                     if x.lead_pad > 0 {
@@ -232,6 +237,7 @@ impl TpPlan {
                         "rank": x.rank,
                         "rows": [x.rows.start, x.rows.end],
                         "cols": [x.cols.start, x.cols.end],
+                        "lead_rows": x.lead_rows,
                         "lead_pad": x.lead_pad,
                         "n": x.config.n,
                         "k": x.config.k,

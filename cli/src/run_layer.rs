@@ -169,6 +169,22 @@ impl RandomWeights {
     }
 }
 
+/// `m` rows of uniform random activations in [-1, 1) for a layer of `config`, as f32 values
+/// already rounded to its input dtype (an error, not an abort, when they overflow or cannot
+/// be allocated).
+pub fn random_activations(config: &LayerConfig, m: usize) -> Result<Vec<f32>, CliError> {
+    let len = m.checked_mul(config.k).ok_or_else(|| {
+        CliError::bad_input(format!("M={m} x K={} activations overflow usize", config.k))
+    })?;
+    let mut rng = rand::rng();
+    let x = try_collect(
+        "activations",
+        len,
+        (0..len).map(|_| rng.random_range(-1.0f32..1.0)),
+    )?;
+    Ok(to_dtype_bits(x, config.input_dtype))
+}
+
 /// The values a kernel sees after conversion of `x` to the input dtype, back in f32 (in
 /// place).
 pub fn to_dtype_bits(mut x: Vec<f32>, dtype: DType) -> Vec<f32> {
@@ -339,16 +355,7 @@ pub fn run_random(
         &options.kernel,
     )
     .map_err(|e| CliError::runtime(format!("{}: {e}", choice.entry.name)))?;
-    let mut rng = rand::rng();
-    let len = m.checked_mul(config.k).ok_or_else(|| {
-        CliError::bad_input(format!("M={m} x K={} activations overflow usize", config.k))
-    })?;
-    let x = try_collect(
-        "activations",
-        len,
-        (0..len).map(|_| rng.random_range(-1.0f32..1.0)),
-    )?;
-    let x = to_dtype_bits(x, config.input_dtype);
+    let x = random_activations(config, m)?;
     let len = m.checked_mul(config.n).ok_or_else(|| {
         CliError::bad_input(format!("M={m} x N={} outputs overflow usize", config.n))
     })?;

@@ -20,7 +20,8 @@ fn layer<'a>(v: &'a Value, suffix: &str) -> &'a Value {
 }
 
 /// The tiny preset (hidden 256, intermediate 688, k/v N = 64) shards raggedly: 688 / 2 = 344
-/// cuts a 128-row block (column split) and a 128-wide scale group (row split).
+/// cuts a 128-row block (column split) and a 128-wide scale group (row split); both are
+/// served padded back to the block boundary.
 #[test]
 fn ragged_shards_are_named_with_what_happens() {
     let dir = Dir::new("tiny");
@@ -86,22 +87,27 @@ fn ragged_shards_are_named_with_what_happens() {
         let g1 = &gate["shards"][1];
         assert_eq!(g0["weight_group"], "128x128 blocks");
         assert!(g0["notes"][0].as_str().unwrap().contains("ragged"));
-        assert_eq!(g1["weight_group"], "1x128 groups");
-        assert!(g1["notes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|n| n.as_str().unwrap().contains("cuts 128x128 scale blocks")));
-        if cfg!(feature = "cuda") {
-            // No block kernel takes per-row group scales on an H200: the reason is named;
-            // on an A100 Marlin takes them.
-            assert!(g1["kernels"]["h200"]["kernel"].is_null());
-            assert!(g1["kernels"]["h200"]["error"]
+        // Rank 1 is padded back to its block boundary and keeps 128x128 blocks.
+        let lead = (688 / tp) % 128;
+        assert_eq!(g1["weight_group"], "128x128 blocks");
+        assert_eq!(g1["lead_rows"], lead);
+        assert_eq!(g1["n"], 688 / tp + lead);
+        assert!(
+            g1["notes"].as_array().unwrap().iter().any(|n| n
                 .as_str()
                 .unwrap()
-                .contains("weights must be block-quantized"));
+                .contains("starts inside a 128-row scale block")),
+            "{g1}"
+        );
+        if cfg!(feature = "cuda") {
+            // The padded shard is a block layer: the block kernels take it, and Marlin on
+            // an A100.
+            let h200 = g1["kernels"]["h200"]["kernel"].as_str().unwrap_or("none");
+            assert!(
+                ["CublasLtBlockFp8", "HopperBlockFp8"].contains(&h200),
+                "{g1}"
+            );
             assert_eq!(g1["kernels"]["a100"]["kernel"], "MarlinFp8");
-            assert_eq!(v["all_served"], false);
         }
         // Bias (none here) aside, every rank holds one shard of each of the 14 layers.
         let cpu = v["per_gpu"]["cpu"].as_array().unwrap();
@@ -119,6 +125,7 @@ fn ragged_shards_are_named_with_what_happens() {
         "{t}"
     );
     assert!(t.contains("zero columns in front"), "{t}");
+    assert!(t.contains("zero rows in front"), "{t}");
     assert!(t.contains("GPU 1:"), "{t}");
 }
 

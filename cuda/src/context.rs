@@ -160,6 +160,19 @@ impl Gpu {
         Ok(v.max(0) as u32)
     }
 
+    /// The device memory `(free, total)` in bytes, as the driver reports it for this GPU
+    /// (`cuMemGetInfo` with this handle's context current): what every process has
+    /// allocated on the device counts, so a difference before and after shows what this
+    /// process allocated there.
+    pub fn memory_info(&self) -> Result<(usize, usize), CudaError> {
+        self.shared
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| CudaError::driver("making the context current", e))?;
+        cudarc::driver::result::mem_get_info()
+            .map_err(|e| CudaError::driver("querying the device memory (cuMemGetInfo)", e))
+    }
+
     /// The loaded modules of the context (shared by every stream's handle).
     pub(crate) fn modules(&self) -> &Mutex<HashMap<CacheKey, Arc<CudaModule>>> {
         &self.shared.modules

@@ -8,21 +8,26 @@
 //!   (all-reduce). Only rank 0 adds the bias. Each shard quantizes its own slice of the
 //!   activations, as in every engine that runs row-parallel layers.
 //!
-//! A shard whose boundary falls inside a scale block cannot keep the block layout:
-//! - a column split that cuts 128-row blocks keeps the same numbers as per-row 1 x Bk group
-//!   scales (each row gets its block's scale), so the shard's weight key becomes
-//!   `GroupShape::Group` (served by kernels that take per-group weight scales, not by the
-//!   128x128 block kernels);
-//! - a row split that cuts Bk-wide scale groups starts inside a group: the shard is served
-//!   padded, its K range extended back to the group boundary with zero weight columns and
-//!   zero activations (`lead_pad` of them), so its layer is block-aligned again.
+//! A shard whose boundary falls inside a scale block is served padded, so that its layer is
+//! block-aligned again and every block kernel takes it:
+//! - a column split that starts inside a Bn-row block: the shard's N range is extended back
+//!   to the block boundary with `lead_rows` zero weight rows, whose output columns the
+//!   engine drops (each shard computes at most Bn - 1 extra columns);
+//! - a row split that starts inside a Bk-wide scale group: the shard's K range is extended
+//!   back to the group boundary with `lead_pad` zero weight columns and zero activations.
+//!   The shard's first activation group then holds only its own columns (the others are
+//!   zero), so its dynamic scale can differ from the whole layer's: the summed output agrees
+//!   with the unsharded layer within the FP8 quantization error, not bit for bit.
 //!
-//! [`shard`] returns the shards with [`ShardNote`]s naming what happened to each.
+//! [`shard`] returns the shards with [`ShardNote`]s naming what happened to each. For
+//! host weights, [`Shard::weights`] cuts a shard's codes, scales and bias out of the whole
+//! layer's, [`Shard::input`] its activations, and [`Shard::gather`] puts its output into the
+//! whole layer's (columns for column splits, a sum for row splits).
 
 use std::fmt;
 use std::ops::Range;
 
-use fp8_linear_core::{GroupShape, LayerConfig};
+use fp8_linear_core::{GroupShape, LayerConfig, LayerWeights, Tensor};
 
 /// How a layer is split.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -73,13 +78,14 @@ pub enum ShardNote {
         /// The multiple it misses.
         multiple: usize,
     },
-    /// A column split cut `rows`-row scale blocks: the shard's weight scales become per-row
-    /// 1 x `cols` groups (the same numbers).
-    BlocksAsRowGroups {
-        /// Block rows of the unsharded layer.
+    /// A column split starts inside a `rows`-row scale block: the shard runs padded with
+    /// `lead_rows` zero weight rows in front, back to the block boundary (their outputs are
+    /// dropped).
+    PaddedN {
+        /// Zero rows in front of the shard's N slice.
+        lead_rows: usize,
+        /// The block height along N.
         rows: u32,
-        /// Block columns (the group width along K).
-        cols: u32,
     },
     /// A row split starts inside a `cols`-wide scale group: the shard runs padded with
     /// `lead_pad` zero columns in front, back to the group boundary.
@@ -99,10 +105,10 @@ impl fmt::Display for ShardNote {
                 size,
                 multiple,
             } => write!(f, "ragged: {dim} = {size} is not a multiple of {multiple}"),
-            ShardNote::BlocksAsRowGroups { rows, cols } => write!(
+            ShardNote::PaddedN { lead_rows, rows } => write!(
                 f,
-                "cuts {rows}x{cols} scale blocks: weight scales become per-row 1x{cols} groups \
-                 (same values), which the {rows}x{cols}-block kernels do not take"
+                "starts inside a {rows}-row scale block: served padded with {lead_rows} zero \
+                 rows in front (their output columns dropped), block-aligned again"
             ),
             ShardNote::PaddedK { lead_pad, cols } => write!(
                 f,
@@ -122,6 +128,9 @@ pub struct Shard {
     pub rows: Range<usize>,
     /// Columns of the unsharded weight it holds (before padding).
     pub cols: Range<usize>,
+    /// Zero rows in front of `rows` in the shard's layer (column splits that start inside a
+    /// scale block); the shard's N is `rows.len() + lead_rows`.
+    pub lead_rows: usize,
     /// Zero columns in front of `cols` in the shard's layer (row splits that start inside a
     /// scale group); the shard's K is `cols.len() + lead_pad`.
     pub lead_pad: usize,
@@ -146,6 +155,17 @@ pub enum ShardError {
         size: usize,
         /// The tensor-parallel size.
         tp: usize,
+    },
+    /// A host buffer handed to [`Shard::weights`], [`Shard::input`] or [`Shard::gather`]
+    /// does not have the size the layer implies.
+    #[error("{what}: {got} values, the layer needs {want}")]
+    Size {
+        /// Which buffer.
+        what: &'static str,
+        /// The length it has.
+        got: usize,
+        /// The length the layer needs.
+        want: usize,
     },
 }
 
@@ -179,6 +199,7 @@ pub fn shard(config: &LayerConfig, split: Split, tp: usize) -> Result<Vec<Shard>
         let mut c = *config;
         let mut notes = Vec::new();
         let mut lead_pad = 0;
+        let mut lead_rows = 0;
         let (rows, cols) = match split {
             Split::Column => (lo..lo + part, 0..config.k),
             Split::Row => (0..config.n, lo..lo + part),
@@ -197,15 +218,16 @@ pub fn shard(config: &LayerConfig, split: Split, tp: usize) -> Result<Vec<Shard>
         }
         match split {
             Split::Column => {
-                c.n = part;
-                // A shard that starts inside a block cannot keep the block grid (one that only
-                // ends inside one has a ragged last block row, like any ragged N).
-                if let (Some(r), Some(k)) = (g_rows, g_cols) {
-                    if !lo.is_multiple_of(r as usize) {
-                        c.weight.group = GroupShape::Group { cols: k };
-                        notes.push(ShardNote::BlocksAsRowGroups { rows: r, cols: k });
+                // A shard that starts inside a block is padded back to the block boundary
+                // (one that only ends inside one has a ragged last block row, like any
+                // ragged N).
+                if let Some(r) = g_rows {
+                    lead_rows = lo % r as usize;
+                    if lead_rows != 0 {
+                        notes.push(ShardNote::PaddedN { lead_rows, rows: r });
                     }
                 }
+                c.n = part + lead_rows;
             }
             Split::Row => {
                 if let Some(k) = g_cols {
@@ -222,12 +244,167 @@ pub fn shard(config: &LayerConfig, split: Split, tp: usize) -> Result<Vec<Shard>
             rank,
             rows,
             cols,
+            lead_rows,
             lead_pad,
             config: c,
             notes,
         });
     }
     Ok(out)
+}
+
+/// A shard's host weights, cut from the whole layer's by [`Shard::weights`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardWeights {
+    /// The shard's layer config (the [`Shard::config`]).
+    pub config: LayerConfig,
+    /// FP8 codes `[N, K]` of the shard's layer (zero in the padding).
+    pub codes: Vec<u8>,
+    /// Weight scales in the shard config's scale shape.
+    pub scales: Vec<f32>,
+    /// The bias `[N]` (zero in the padding), when the shard's layer has one.
+    pub bias: Option<Vec<f32>>,
+}
+
+impl ShardWeights {
+    /// The weights as `Linear::new` takes them (add a static input scale with
+    /// `with_input_scale`: it is the whole layer's, unchanged by the split).
+    pub fn layer_weights(&self) -> LayerWeights<'_> {
+        let c = &self.config;
+        let w = LayerWeights::new(
+            Tensor::fp8(&self.codes, [c.n, c.k]),
+            Tensor::f32(&self.scales, c.weight_scale_shape()),
+        );
+        match &self.bias {
+            Some(b) => w.with_bias(Tensor::f32(b, [1, c.n])),
+            None => w,
+        }
+    }
+}
+
+fn check_len(what: &'static str, got: usize, want: usize) -> Result<(), ShardError> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(ShardError::Size { what, got, want })
+    }
+}
+
+/// The weight rows and columns that share one scale for a weight key of an `[n, k]` layer.
+fn scale_unit(g: GroupShape, n: usize, k: usize) -> (usize, usize) {
+    match g {
+        GroupShape::Block { rows, cols } => (rows as usize, cols as usize),
+        GroupShape::Group { cols } => (1, cols as usize),
+        GroupShape::PerChannel | GroupShape::PerToken => (1, k),
+        GroupShape::PerTensor => (n, k),
+    }
+}
+
+impl Shard {
+    /// The first row and column of the whole layer the shard's layer starts at (its
+    /// padding included).
+    fn origin(&self) -> (usize, usize) {
+        (
+            self.rows.start - self.lead_rows,
+            self.cols.start - self.lead_pad,
+        )
+    }
+
+    /// The shard's codes, scales and bias cut out of the whole layer's (`whole` its config,
+    /// `codes` `[N, K]`, `scales` in its scale shape, `bias` `[N]` when it has one), with
+    /// zero codes and bias in the padding.
+    pub fn weights(
+        &self,
+        whole: &LayerConfig,
+        codes: &[u8],
+        scales: &[f32],
+        bias: Option<&[f32]>,
+    ) -> Result<ShardWeights, ShardError> {
+        let (n, k) = (whole.n, whole.k);
+        let [sr, sc] = whole.weight_scale_shape();
+        check_len("weight codes", codes.len(), n * k)?;
+        check_len("weight scales", scales.len(), sr * sc)?;
+        if let Some(b) = bias {
+            check_len("bias", b.len(), n)?;
+        }
+        let c = self.config;
+        let (n0, k0) = self.origin();
+        let mut out_codes = vec![0u8; c.n * c.k];
+        for (i, row) in out_codes.chunks_mut(c.k).enumerate() {
+            let r = n0 + i;
+            if r < self.rows.start {
+                continue;
+            }
+            let src = &codes[r * k..(r + 1) * k];
+            row[self.lead_pad..].copy_from_slice(&src[self.cols.clone()]);
+        }
+        let (un, uk) = scale_unit(whole.weight.group, n, k);
+        let [tr, tc] = c.weight_scale_shape();
+        let (r0, c0) = (n0 / un, k0 / uk);
+        let mut out_scales = Vec::with_capacity(tr * tc);
+        for i in 0..tr {
+            let r = (r0 + i).min(sr - 1);
+            out_scales.extend((0..tc).map(|j| scales[r * sc + (c0 + j).min(sc - 1)]));
+        }
+        let out_bias = match (c.bias, bias) {
+            (true, Some(b)) => {
+                let mut v = vec![0f32; c.n];
+                v[self.lead_rows..].copy_from_slice(&b[self.rows.clone()]);
+                Some(v)
+            }
+            _ => None,
+        };
+        Ok(ShardWeights {
+            config: c,
+            codes: out_codes,
+            scales: out_scales,
+            bias: out_bias,
+        })
+    }
+
+    /// The shard's activations `[m, K_shard]` from the whole layer's `x` `[m, k]`: the
+    /// same rows for a column split; for a row split the shard's columns, after `lead_pad`
+    /// zero columns.
+    pub fn input<T: Copy + Default>(
+        &self,
+        x: &[T],
+        m: usize,
+        k: usize,
+    ) -> Result<Vec<T>, ShardError> {
+        check_len("activations", x.len(), m * k)?;
+        if self.cols == (0..k) && self.lead_pad == 0 {
+            return Ok(x.to_vec());
+        }
+        let ks = self.config.k;
+        let mut out = vec![T::default(); m * ks];
+        for (dst, src) in out.chunks_mut(ks).zip(x.chunks(k)) {
+            dst[self.lead_pad..].copy_from_slice(&src[self.cols.clone()]);
+        }
+        Ok(out)
+    }
+
+    /// Puts the shard's output `part` (`[m, N_shard]`) into the whole layer's `out`
+    /// (`[m, n]`): its columns for a column split (the padding's dropped), added for a row
+    /// split (the engine's all-reduce).
+    pub fn gather<T: Copy + std::ops::AddAssign>(
+        &self,
+        part: &[T],
+        m: usize,
+        out: &mut [T],
+        n: usize,
+    ) -> Result<(), ShardError> {
+        let ns = self.config.n;
+        check_len("shard output", part.len(), m * ns)?;
+        check_len("output", out.len(), m * n)?;
+        for (dst, src) in out.chunks_mut(n).zip(part.chunks(ns)) {
+            if self.rows == (0..n) && self.lead_rows == 0 {
+                dst.iter_mut().zip(src).for_each(|(d, s)| *d += *s);
+            } else {
+                dst[self.rows.clone()].copy_from_slice(&src[self.lead_rows..]);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -259,10 +436,12 @@ mod tests {
             "starts on a block"
         );
         assert_eq!(col[0].notes.len(), 1, "only ragged");
-        assert_eq!(col[1].config.weight.group, GroupShape::Group { cols: 128 });
-        assert!(col[1].notes.contains(&ShardNote::BlocksAsRowGroups {
-            rows: 128,
-            cols: 128
+        // 3874 = 30 * 128 + 34: padded back to row 3840, 3908 rows, still 128x128 blocks.
+        assert_eq!(col[1].config.weight, QuantKey::WEIGHT_BLOCK_128);
+        assert_eq!((col[1].lead_rows, col[1].config.n), (34, 3908));
+        assert!(col[1].notes.contains(&ShardNote::PaddedN {
+            lead_rows: 34,
+            rows: 128
         }));
         assert!(col[1].notes[0].to_string().contains("ragged"));
         // K = 3884 over 2: shard 1 starts at column 1942, 22 into a 128-wide group.

@@ -36,6 +36,40 @@ pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
     }
 }
 
+/// Every GPU of the machine (each with its primary context and default stream) when there
+/// are at least `want`; None after reporting a skip otherwise. No GPU at all is
+/// [`no_gpu_skip`](crate::skip::no_gpu_skip) (a failure under `FP8_REQUIRE_CUDA=1`); fewer
+/// than `want` is a hardware skip like an architecture skip: a failure under
+/// `FP8_REQUIRE_CUDA=1` unless `FP8_ALLOW_ARCH_SKIPS` allows it.
+pub fn gpus_or_skip(test: &str, want: usize) -> Option<Vec<Arc<Gpu>>> {
+    let count = match runtime::probe::nvrtc().and_then(|_| runtime::device_count()) {
+        Ok(c) => c,
+        Err(e) => {
+            no_gpu_skip(test, &format!("no usable CUDA device: {e}"));
+            return None;
+        }
+    };
+    if count < want {
+        if count == 0 {
+            no_gpu_skip(test, "the CUDA driver reports no device");
+        } else {
+            arch_skip(
+                test,
+                &format!("needs {want} GPUs, this machine has {count}"),
+            );
+        }
+        return None;
+    }
+    let gpus: Result<Vec<_>, _> = (0..count as u32).map(Gpu::open).collect();
+    match gpus {
+        Ok(g) => Some(g),
+        Err(e) => {
+            no_gpu_skip(test, &format!("cannot open every GPU: {e}"));
+            None
+        }
+    }
+}
+
 /// Whether `entry` runs on a GPU of capability `cap`: its `arch`, or with `forced` also its
 /// `force_arch` (the range allowed when the kernel is forced by name).
 pub fn entry_runs_on(entry: &KernelEntry, cap: fp8_linear::Capability, forced: bool) -> bool {

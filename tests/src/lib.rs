@@ -8,6 +8,7 @@ pub mod layers;
 pub mod oracle;
 pub mod seed;
 pub mod skip;
+pub mod tp;
 
 /// Implements [`fp8_linear::Fp8Kernel`] for a test-only type that accepts every layer and
 /// computes nothing: the UI tests use it so each file shows only the attribute and the
