@@ -5,6 +5,7 @@
 //! split), next to the same gathering of each shard's own f64 reference.
 
 use fp8_linear::tensor_parallel::{shard, Shard, Split};
+use fp8_linear::GroupShape;
 
 use crate::layers::{reference_rows, HostLayer};
 
@@ -76,4 +77,26 @@ pub fn run_sharded(
         reference,
         runs,
     })
+}
+
+impl Sharded {
+    /// The fraction of each row's activations the row shards quantize differently from the
+    /// whole layer: the groups a shard boundary cuts (one per shard that starts inside a
+    /// group) over the groups of a row; every activation of a dynamic per-token or
+    /// per-tensor layer (each shard's own scale); nothing for a column split or a static
+    /// scale. The gathered output differs from the whole layer's by about the FP8
+    /// quantization noise (~3e-2) times its square root.
+    pub fn requantized(&self, whole: &fp8_linear::LayerConfig, split: Split) -> f64 {
+        if split == Split::Column {
+            return 0.0;
+        }
+        match whole.activation.map(|a| (a.group, a.dynamic)) {
+            Some((GroupShape::Group { cols }, _)) => {
+                let cut = self.runs.iter().filter(|r| r.shard.lead_pad > 0).count();
+                cut as f64 / whole.k.div_ceil(cols as usize) as f64
+            }
+            Some((_, true)) => 1.0,
+            _ => 0.0,
+        }
+    }
 }
