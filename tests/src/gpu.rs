@@ -38,7 +38,7 @@ pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
 
 /// Every GPU of the machine (each with its primary context and default stream) when there
 /// are at least `want`; None after reporting a skip otherwise. No GPU at all is
-/// [`no_gpu_skip`](crate::skip::no_gpu_skip) (a failure under `FP8_REQUIRE_CUDA=1`); fewer
+/// [`no_gpu_skip`] (a failure under `FP8_REQUIRE_CUDA=1`); fewer
 /// than `want` is a hardware skip like an architecture skip: a failure under
 /// `FP8_REQUIRE_CUDA=1` unless `FP8_ALLOW_ARCH_SKIPS` allows it.
 pub fn gpus_or_skip(test: &str, want: usize) -> Option<Vec<Arc<Gpu>>> {
