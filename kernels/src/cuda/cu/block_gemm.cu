@@ -20,12 +20,6 @@
 #ifndef STAGES
 #define STAGES 4
 #endif
-#ifndef SBN
-#define SBN 128
-#endif
-#ifndef SBK
-#define SBK 128
-#endif
 #define BM (32 * MT)
 #define BN 128
 #define BK 128

@@ -8,6 +8,15 @@ typedef unsigned long long u64;
 #define E4M3_MAX 448.0f
 #define MIN_ABSMAX 1e-10f
 
+// The weight scale block of the block GEMMs, (SBN rows along N) x (SBK columns along K):
+// 128 x 128 unless the module is compiled with -DSBN=.. -DSBK=.. (sources.rs).
+#ifndef SBN
+#define SBN 128
+#endif
+#ifndef SBK
+#define SBK 128
+#endif
+
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
 
 __device__ __forceinline__ float f16_to_f32(u16 h) {

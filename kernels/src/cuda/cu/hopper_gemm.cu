@@ -19,12 +19,6 @@
 
 #define BN 128
 #define BK 128
-#ifndef SBN
-#define SBN 128
-#endif
-#ifndef SBK
-#define SBK 128
-#endif
 #define SUBS (BK / SBK)  // scale blocks per K tile
 #define NSB (BN / SBN)   // scale rows per N tile
 
