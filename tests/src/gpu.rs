@@ -285,6 +285,26 @@ pub fn rel_err(got: &[f32], want: &[f64], what: &str) -> f64 {
     reference::rel_frobenius(got, want)
 }
 
+/// The relative error of a full `[m, N]` output `got` against the f64 reference of
+/// `entry`'s numerics on `host` with the activations `exact` (as the device held them); NaN
+/// (an unwritten or poisoned element) is an error, not a number.
+pub fn entry_rel_err(
+    entry: &KernelEntry,
+    host: &HostLayer,
+    exact: &[f32],
+    m: usize,
+    got: &[f32],
+) -> Result<f64, String> {
+    if let Some(i) = first_nan(got) {
+        return Err(format!("NaN at output index {i} (unwritten or poisoned)"));
+    }
+    let rows: Vec<usize> = (0..m).collect();
+    let want =
+        crate::layers::reference_rows(&entry.reference_config(&host.config), host, exact, m, &rows)
+            .map_err(|e| format!("the CPU reference failed: {e}"))?;
+    Ok(reference::rel_frobenius(got, &want))
+}
+
 /// A layer's tensors copied to the GPU: weights that already live on the device, as an
 /// engine that loads checkpoints straight to the GPU hands them over.
 pub struct DeviceLayer {

@@ -27,7 +27,7 @@ use fp8_linear::{
     Capability, DType, KernelEntry, KernelError, KernelOptions, LayerConfig, Linear, Options,
     Platform, QuantKey, Target, Tensor, TensorMut,
 };
-use fp8_linear_tests::gpu::{first_nan, gpu_or_skip, upload_as, AnyBuffer};
+use fp8_linear_tests::gpu::{entry_rel_err, gpu_or_skip, upload_as, AnyBuffer};
 use fp8_linear_tests::layers::{random_activations, reference_rows, HostLayer, WeightGen};
 use half::bf16;
 
@@ -123,24 +123,6 @@ fn poison(buf: &mut AnyBuffer) {
     r.unwrap_or_else(|e| panic!("poison: {e}"));
 }
 
-/// The relative error of a full `[m, N]` output against the reference of `entry`'s
-/// numerics; NaN (an unwritten element) is an error.
-fn rel_err(
-    entry: &KernelEntry,
-    host: &HostLayer,
-    exact: &[f32],
-    m: usize,
-    got: &[f32],
-) -> Result<f64, String> {
-    if let Some(i) = first_nan(got) {
-        return Err(format!("NaN at output index {i} (unwritten or poisoned)"));
-    }
-    let rows: Vec<usize> = (0..m).collect();
-    let want = reference_rows(&entry.reference_config(&host.config), host, exact, m, &rows)
-        .map_err(|e| format!("the CPU reference failed: {e}"))?;
-    Ok(fp8_linear::cpu::reference::rel_frobenius(got, &want))
-}
-
 /// Bf16 output throughout: the bar of the GPU matrix for bf16 output.
 const TOLERANCE: f64 = 1e-2;
 
@@ -188,7 +170,7 @@ fn replay_prepared(
                 .launch()
                 .map_err(|e| format!("M={m} replay {replay}: launch: {e:?}"))?;
             gpu.synchronize().map_err(|e| e.to_string())?;
-            let err = rel_err(entry, &host, &exact, m, &y.to_f32())
+            let err = entry_rel_err(entry, &host, &exact, m, &y.to_f32())
                 .map_err(|e| format!("M={m} replay {replay}: {e}"))?;
             eprintln!(
                 "{:<20} {kind:<24} M={m:<3} replay {replay}: rel err {err:.2e}",
@@ -286,7 +268,7 @@ fn refuse_then_recover(
     layer
         .forward(&xin.tensor([m, K]), &mut y.tensor_mut([m, N]))
         .map_err(|e| format!("eager forward after the refusal: {e}"))?;
-    let err = rel_err(entry, &host, &exact, m, &y.to_f32())?;
+    let err = entry_rel_err(entry, &host, &exact, m, &y.to_f32())?;
     if err >= TOLERANCE {
         return Err(format!(
             "eager forward after the refusal: rel err {err:.3e}"
@@ -307,7 +289,7 @@ fn refuse_then_recover(
     let exact = write_bf16(&mut xin, &random_activations(m, K));
     graph.launch().map_err(|e| format!("launch: {e:?}"))?;
     gpu.synchronize().map_err(|e| e.to_string())?;
-    let err = rel_err(entry, &host, &exact, m, &y.to_f32())?;
+    let err = entry_rel_err(entry, &host, &exact, m, &y.to_f32())?;
     if err >= TOLERANCE {
         return Err(format!("graph after an eager call: rel err {err:.3e}"));
     }

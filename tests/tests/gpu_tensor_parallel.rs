@@ -24,8 +24,8 @@ use fp8_linear::cpu::reference::rel_frobenius;
 use fp8_linear::cuda::runtime::Gpu;
 use fp8_linear::tensor_parallel::Split;
 use fp8_linear::{DType, LayerConfig, Linear, Options, ScaleDtype, Target};
-use fp8_linear_tests::gpu::{first_nan, gpus_or_skip, upload_as, AnyBuffer};
-use fp8_linear_tests::layers::{random_activations, reference_rows, HostLayer, WeightGen};
+use fp8_linear_tests::gpu::{entry_rel_err, first_nan, gpus_or_skip, upload_as, AnyBuffer};
+use fp8_linear_tests::layers::{random_activations, HostLayer, WeightGen};
 use fp8_linear_tests::tp::run_sharded;
 use half::bf16;
 
@@ -126,10 +126,6 @@ fn each_gpu_runs_its_own_layer() {
         );
         layers.push((layer, xin, out, exact));
     }
-    let reference_of = |entry: &fp8_linear::KernelEntry, exact: &[f32]| {
-        let rows: Vec<usize> = (0..m).collect();
-        reference_rows(&entry.reference_config(&cfg), &host, exact, m, &rows).unwrap()
-    };
     // Both at once, from two threads: each its layer, its GPU, its stream.
     let before = free_memory(gpus);
     let start = Arc::new(Barrier::new(2));
@@ -165,8 +161,8 @@ fn each_gpu_runs_its_own_layer() {
         );
     }
     for (g, got, entry, exact, secs) in results {
-        let want = reference_of(entry, &exact);
-        let err = rel_frobenius(&got, &want);
+        let err =
+            entry_rel_err(entry, &host, &exact, m, &got).unwrap_or_else(|e| panic!("GPU {g}: {e}"));
         eprintln!(
             "GPU {g}: {calls} calls of {} in {:.3} ms ({:.1} us per call, both GPUs at once), \
              rel err {err:.2e}",

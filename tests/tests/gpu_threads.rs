@@ -23,8 +23,8 @@ use fp8_linear::{
     Capability, DType, KernelEntry, KernelOptions, LayerConfig, Linear, Options, Platform, Target,
     Tensor, TensorMut,
 };
-use fp8_linear_tests::gpu::{first_nan, gpu_or_skip, upload_as, AnyBuffer};
-use fp8_linear_tests::layers::{random_activations, reference_rows, HostLayer, WeightGen};
+use fp8_linear_tests::gpu::{entry_rel_err, gpu_or_skip, upload_as, AnyBuffer};
+use fp8_linear_tests::layers::{random_activations, HostLayer, WeightGen};
 use half::bf16;
 
 /// Compile-time checks: `Linear` is `Send`; the GPU handle and `Target` are `Send + Sync`.
@@ -54,23 +54,6 @@ const ITERATIONS: usize = 12;
 /// M of the iterations, in turn.
 const MS: [usize; 4] = [1, 7, 33, 64];
 const TOLERANCE: f64 = 1e-2;
-
-/// The relative error of an `[m, n]` output against the reference of `entry`'s numerics.
-fn rel_err(
-    entry: &KernelEntry,
-    host: &HostLayer,
-    exact: &[f32],
-    m: usize,
-    got: &[f32],
-) -> Result<f64, String> {
-    if let Some(i) = first_nan(got) {
-        return Err(format!("NaN at output index {i} (unwritten or poisoned)"));
-    }
-    let rows: Vec<usize> = (0..m).collect();
-    let want = reference_rows(&entry.reference_config(&host.config), host, exact, m, &rows)
-        .map_err(|e| format!("the CPU reference failed: {e}"))?;
-    Ok(fp8_linear::cpu::reference::rel_frobenius(got, &want))
-}
 
 /// The CUDA block-table kernels that run on a GPU of capability `cap` (natively or forced).
 fn block_kernels(cap: Capability, cfg: &LayerConfig) -> Vec<&'static KernelEntry> {
@@ -111,7 +94,7 @@ fn gpu_thread(
             .map_err(|e| format!("iteration {i} (M={m}): {e}"))?;
         // Downloads wait for this thread's stream only.
         let got = y.to_f32();
-        let err = rel_err(entry, &host, &exact, m, &got)
+        let err = entry_rel_err(entry, &host, &exact, m, &got)
             .map_err(|e| format!("iteration {i} (M={m}): {e}"))?;
         if err >= TOLERANCE {
             return Err(format!("iteration {i} (M={m}): rel err {err:.3e}"));
@@ -185,7 +168,7 @@ fn cpu_check(
     m: usize,
     (got, exact): (Vec<f32>, Vec<f32>),
 ) -> Result<(), String> {
-    let err = rel_err(entry, host, &exact, m, &got)?;
+    let err = entry_rel_err(entry, host, &exact, m, &got)?;
     if err >= TOLERANCE {
         return Err(format!("M={m}: rel err {err:.3e}"));
     }
