@@ -44,7 +44,17 @@ pub fn render_text(device: &Device, config: &LayerConfig, ex: &Explanation) -> S
         s += &format!("\nforced kernel {name} {v}; fell back to the table order\n");
     }
     match (ex.chosen, &ex.error) {
-        (Some(i), _) => s += &format!("\nchosen: {}\n", ex.candidates[i].entry.name),
+        (Some(i), _) => {
+            let name = ex.candidates[i].entry.name;
+            s += &format!("\nchosen: {name}\n");
+            #[cfg(feature = "cuda")]
+            if name == fp8_linear::cuda::DecodeBlockFp8::NAME {
+                s += &format!(
+                    "        {}\n",
+                    fp8_linear::cuda::decode::describe(device, config)
+                );
+            }
+        }
         (None, Some(fp8_linear::SelectError::NoKernel { .. })) => {
             s += "\nno kernel: every candidate above was rejected\n"
         }

@@ -80,7 +80,7 @@ fn ragged_shards_are_named_with_what_happens() {
         assert!(r1["notes"][1].as_str().unwrap().contains("padded"), "{r1}");
         // The padded shard keeps 128x128 blocks: the block kernels take it.
         if cfg!(feature = "cuda") {
-            assert_eq!(r1["kernels"]["h200"]["kernel"], "CublasLtBlockFp8", "{r1}");
+            assert_eq!(r1["kernels"]["h200"]["kernel"], "DecodeBlockFp8", "{r1}");
         }
         // N = 688 over tp: rank 0 starts on a block (ragged only), rank 1 inside one.
         let g0 = &gate["shards"][0];
@@ -104,7 +104,7 @@ fn ragged_shards_are_named_with_what_happens() {
             // an A100.
             let h200 = g1["kernels"]["h200"]["kernel"].as_str().unwrap_or("none");
             assert!(
-                ["CublasLtBlockFp8", "HopperBlockFp8"].contains(&h200),
+                ["DecodeBlockFp8", "CublasLtBlockFp8", "HopperBlockFp8"].contains(&h200),
                 "{g1}"
             );
             assert_eq!(g1["kernels"]["a100"]["kernel"], "MarlinFp8");

@@ -39,14 +39,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use fp8_linear::cuda::interop::cudarc::driver::{sys, CudaGraph, CudaStream};
+use fp8_linear::cuda::interop::cudarc::driver::sys;
+
 use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::{DType, KernelEntry, KernelOptions, LayerConfig, Linear, Platform, Target};
 use half::bf16;
 use rand::Rng;
 
 mod common;
-use common::{median, random_codes, random_scales, runs_on, weights_for};
+use common::{capture, median, random_codes, random_scales, runs_on, weights_for};
 
 /// The decode row counts.
 const MS: [usize; 2] = [1, 16];
@@ -130,28 +131,6 @@ fn copies_for(n: usize, k: usize, l2: usize, hot: bool) -> usize {
     } else {
         (2 * l2).div_ceil(n * k).clamp(1, MAX_COPIES)
     }
-}
-
-/// Captures what `record` enqueues on `stream` into a graph (thread-local capture mode: a
-/// call from this thread that a graph cannot record fails the capture), instantiates it and
-/// uploads it to the device. The capture is ended whatever `record` returned.
-fn capture(
-    stream: &Arc<CudaStream>,
-    record: impl FnOnce() -> Result<(), String>,
-) -> Result<CudaGraph, String> {
-    stream
-        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .map_err(|e| format!("begin_capture: {e:?}"))?;
-    let recorded = record();
-    let ended = stream.end_capture(sys::CUgraphInstantiate_flags(0));
-    recorded?;
-    let graph = ended
-        .map_err(|e| format!("end_capture (the capture was invalidated?): {e:?}"))?
-        .ok_or("the capture recorded nothing")?;
-    graph
-        .upload()
-        .map_err(|e| format!("uploading the graph: {e:?}"))?;
-    Ok(graph)
 }
 
 /// Runs `batch` (which enqueues `forwards` forwards on `gpu`'s stream) once untimed, then

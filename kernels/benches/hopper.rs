@@ -15,7 +15,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{flushed_median, gpu_or_skip, random_codes, Flush};
+use common::{flushed_median, hopper_or_skip, random_codes, Flush};
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8, PortableBlockFp8};
 use fp8_linear::{
@@ -77,14 +77,9 @@ fn rel_diff(a: &[bf16], b: &[bf16]) -> f64 {
 }
 
 fn main() {
-    let Some(gpu) = gpu_or_skip() else {
+    let Some(gpu) = hopper_or_skip("the Hopper bench") else {
         return;
     };
-    let cap = gpu.capability();
-    if (cap.major, cap.minor) != (9, 0) {
-        println!("skipped: HopperBlockFp8 needs sm_90, this GPU is {cap}");
-        return;
-    }
     let quick = std::env::var("FP8_BENCH_QUICK").is_ok_and(|v| v == "1");
     let shapes = if quick { &SHAPES[..2] } else { &SHAPES[..] };
     let timer = EventTimer::new(&gpu).expect("events");

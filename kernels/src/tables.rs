@@ -6,8 +6,8 @@ use fp8_linear_core::{fp8_table, Registry};
 use crate::cpu::{CpuFp8Gemm, CpuReference};
 #[cfg(feature = "cuda")]
 use crate::cuda::{
-    CublasLtBlockFp8, CublasLtFp8PerTensor, CublasLtFp8Rowwise, HopperBlockFp8, MarlinFp8,
-    PortableBlockFp8,
+    CublasLtBlockFp8, CublasLtFp8PerTensor, CublasLtFp8Rowwise, DecodeBlockFp8, HopperBlockFp8,
+    MarlinFp8, PortableBlockFp8,
 };
 
 fp8_table! {
@@ -19,18 +19,21 @@ fp8_table! {
     pub CPU_WEIGHT_ONLY: Cpu, WeightOnly = [CpuFp8Gemm, CpuReference];
 }
 
-// CUDA tables, fastest first, as measured on an H200 (BENCHMARKS.md): cuBLASLt block-scaled
-// beats our Hopper kernel on most shapes today (0.6-1.2x at M <= 128, 0.6-0.8x at M >= 512),
-// so it goes first and the Hopper kernel serves what cuBLASLt cannot (f16/f32 output, bias).
+// CUDA tables, fastest first, as measured on an H200 (BENCHMARKS.md): the decode kernel
+// first (at M = 1 it beats cuBLASLt block-scaled on every layer measured; it hands larger M
+// to the next kernel below that takes the layer, whose weights it shares); then cuBLASLt
+// block-scaled, which beats our Hopper kernel on most shapes today (0.6-1.2x at M <= 128,
+// 0.6-0.8x at M >= 512), and the Hopper kernel for what cuBLASLt cannot (f16/f32 output, bias).
 // `fp8-linear autotune` records per-shape winners that override this order where measured.
 #[cfg(feature = "cuda")]
 fp8_table! {
-    /// Block-scaled W8A8 on CUDA GPUs: cuBLASLt block-scaled (sm_90, bf16 output), our
-    /// Hopper wgmma + TMA kernel (sm_90a), then Marlin W8A16 (sm_80..sm_89: the A100 /
+    /// Block-scaled W8A8 on CUDA GPUs: the decode kernel (sm_90; M = 1, larger M on the
+    /// next of these), cuBLASLt block-scaled (sm_90, bf16 output), our Hopper wgmma + TMA
+    /// kernel (sm_90a), then Marlin W8A16 (sm_80..sm_89: the A100 /
     /// RTX 30xx path, weight-only with 16-bit activations), then the portable mma.sync
     /// kernel (sm_89+).
     pub CUDA_BLOCK: Cuda, BlockScaled = [
-        CublasLtBlockFp8 => 1, HopperBlockFp8 => 3, MarlinFp8, PortableBlockFp8
+        DecodeBlockFp8 => 1, CublasLtBlockFp8 => 2, HopperBlockFp8 => 3, MarlinFp8, PortableBlockFp8
     ];
     /// Per-tensor / per-token / per-channel W8A8 on CUDA GPUs: Marlin W8A16 (sm_80..sm_89,
     /// weight-only), cuBLASLt per-tensor (sm_89+), then cuBLASLt outer-vector (sm_90+).

@@ -22,13 +22,24 @@ fn cublaslt_block_is_selected_exactly_on_sm90() {
         return;
     };
     let cap = gpu.capability();
-    // The kernel declares sm_90 exactly: first in the block table there (for a layer it
-    // takes: N and K multiples of 16, bf16 output), never selected elsewhere.
+    // The kernel declares sm_90 exactly: first in the block table there after the decode
+    // kernel (for a layer it takes: N and K multiples of 16, bf16 output), never selected
+    // elsewhere. The decode kernel (also sm_90 exactly) hands it M above 16.
     let cfg = LayerConfig::block_128(256, 384, DType::Bf16, DType::Bf16);
     assert!(CublasLtBlockFp8::can_implement(&cfg).is_ok());
+    let no_decode = Overrides {
+        disabled: vec![("DecodeBlockFp8".into(), fp8_linear::OverrideSource::Api)],
+        ..Overrides::none()
+    };
     let chosen = fp8_linear::tables::BUILTIN
-        .select(gpu.device(), &cfg, &Overrides::none())
+        .select(gpu.device(), &cfg, &no_decode)
         .map(|s| s.entry.name);
+    let prefill = fp8_linear::cuda::decode::prefill_entry(gpu.device(), &cfg).map(|e| e.name);
+    assert_eq!(
+        prefill == Some(CublasLtBlockFp8::NAME),
+        (cap.major, cap.minor) == (9, 0),
+        "prefill {prefill:?} on {cap}"
+    );
     if (cap.major, cap.minor) == (9, 0) {
         assert_eq!(
             chosen.as_ref().ok().copied(),

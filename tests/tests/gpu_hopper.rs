@@ -80,10 +80,20 @@ fn selected_first_on_hopper() {
         return;
     };
     let cfg = LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16);
-    // N = 7748 is not a multiple of 16: cuBLASLt's block kernel (first in the table)
-    // refuses it, so the Hopper kernel is next.
+    // N = 7748 is not a multiple of 16: cuBLASLt's block kernel refuses it, so the Hopper
+    // kernel runs it: first after the decode kernel, which hands it every M above 16.
     let s = fp8_linear::tables::BUILTIN
         .select(gpu.device(), &cfg, &Overrides::none())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.entry.name, fp8_linear::cuda::DecodeBlockFp8::NAME);
+    let prefill = fp8_linear::cuda::decode::prefill_entry(gpu.device(), &cfg).map(|e| e.name);
+    assert_eq!(prefill, Some(HopperBlockFp8::NAME));
+    let lt_disabled = Overrides {
+        disabled: vec![("DecodeBlockFp8".into(), fp8_linear::OverrideSource::Api)],
+        ..Overrides::none()
+    };
+    let s = fp8_linear::tables::BUILTIN
+        .select(gpu.device(), &cfg, &lt_disabled)
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.entry.name, HopperBlockFp8::NAME);
 }

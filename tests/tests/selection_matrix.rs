@@ -25,11 +25,14 @@ fn config(kind: &str, out: DType) -> LayerConfig {
 
 const CPU: &str = "CpuFp8Gemm";
 const HOP: &str = "HopperBlockFp8";
-const LT_BLOCK: &str = "CublasLtBlockFp8";
 const PORTABLE: &str = "PortableBlockFp8";
 const LT_TENSOR: &str = "CublasLtFp8PerTensor";
 const LT_ROW: &str = "CublasLtFp8Rowwise";
 const MARLIN: &str = "MarlinFp8";
+/// The decode kernel with the kernel it hands M above 16 to.
+const DEC_LT: &str = "DecodeBlockFp8+CublasLtBlockFp8";
+const DEC_HOP: &str = "DecodeBlockFp8+HopperBlockFp8";
+const DEC_PORTABLE: &str = "DecodeBlockFp8+PortableBlockFp8";
 
 /// sm_80..sm_86 (Ampere): Marlin W8A16 for every layer kind whose output dtype is the
 /// activation dtype (bf16 here); nothing for f16 output from bf16 activations.
@@ -37,10 +40,11 @@ const AMPERE: [&str; 8] = [MARLIN, "-", MARLIN, "-", MARLIN, "-", MARLIN, "-"];
 
 /// sm_89 (Ada): FP8 tensor cores, no cuBLASLt outer-vector or block scales.
 const ADA: [&str; 8] = [PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, "-", "-", "-", "-"];
-/// sm_90 (Hopper): cuBLASLt block-scaled for bf16 output (measured faster), our wgmma + TMA
-/// block kernel for f16 output.
+/// sm_90 (Hopper): block layers on the decode kernel (at M = 1, where it measured faster),
+/// which hands larger M to cuBLASLt block-scaled for bf16 output (measured faster) or to
+/// our wgmma + TMA block kernel for f16 output.
 const HOPPER: [&str; 8] = [
-    LT_BLOCK, HOP, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-",
+    DEC_LT, DEC_HOP, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-",
 ];
 /// sm_100+ : no cuBLASLt block kernel wired (it is declared sm_90 exactly).
 const NEWER: [&str; 8] = [
@@ -80,6 +84,11 @@ fn every_profile_has_a_row() {
 /// error then gives one reason per candidate of the table).
 fn selected(device: &Device, cfg: &LayerConfig, what: &str) -> String {
     match fp8_linear::tables::BUILTIN.select(device, cfg, &Overrides::none()) {
+        Ok(s) if s.entry.name == "DecodeBlockFp8" => {
+            let prefill =
+                fp8_linear::cuda::decode::prefill_entry(device, cfg).map_or("none", |e| e.name);
+            format!("{}+{prefill}", s.entry.name)
+        }
         Ok(s) => s.entry.name.to_string(),
         Err(SelectError::NoKernel { table, reasons, .. }) => {
             let t = fp8_linear::tables::BUILTIN
@@ -168,10 +177,21 @@ const AMPERE_LAYOUTS: [&str; 10] = [
 const PORTABLE_LAYOUTS: [&str; 10] = [
     PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, "-",
 ];
-/// Hopper: cuBLASLt for 128x128 (ue8m0 too: the scales are f32 powers of two), the wgmma
-/// kernel for 32, 64 or 128 rows, the portable kernel for the other multiples of 8.
+/// Hopper: blocks 128 columns wide on the decode kernel, handing M above 16 to cuBLASLt for
+/// 128x128 (ue8m0 too: the scales are f32 powers of two), to the wgmma kernel for 32, 64
+/// or 128 rows and to the portable kernel for the other multiples of 8; narrower blocks on
+/// the wgmma kernel (32, 64, 128 rows) or the portable kernel.
 const HOPPER_LAYOUTS: [&str; 10] = [
-    LT_BLOCK, HOP, HOP, HOP, HOP, HOP, PORTABLE, PORTABLE, PORTABLE, "-",
+    DEC_LT,
+    HOP,
+    HOP,
+    HOP,
+    HOP,
+    DEC_HOP,
+    DEC_PORTABLE,
+    PORTABLE,
+    DEC_PORTABLE,
+    "-",
 ];
 
 /// (profile, the kernel for each of [`LAYOUTS`])

@@ -1,12 +1,15 @@
 //! Helpers shared by the GPU benches (each includes this file with `mod common;`; cargo does
 //! not build `benches/common/` as a bench of its own): random FP8 weights and scales, the
 //! [`LayerWeights`] of a layer config, whether a CUDA kernel runs on a GPU, the median of
-//! samples, and the read-only L2 flush.
+//! samples, the read-only L2 flush, the read-once kernel (the practical floor of a GEMM
+//! that streams its weight once) and CUDA-graph capture.
 #![allow(dead_code)] // each bench uses a part
 
 use std::sync::Arc;
 
-use fp8_linear::cuda::runtime::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use fp8_linear::cuda::runtime::cudarc::driver::{
+    sys, CudaFunction, CudaGraph, CudaStream, LaunchConfig, PushKernelArg,
+};
 use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu, ModuleSpec};
 use fp8_linear::{Capability, KernelEntry, LayerConfig, LayerWeights, Tensor};
 use rand::{Rng, RngCore};
@@ -138,6 +141,17 @@ pub fn gpu_or_skip() -> Option<Arc<Gpu>> {
     }
 }
 
+/// GPU 0 when it is a Hopper (sm_90), or None after printing why `bench` is skipped.
+pub fn hopper_or_skip(bench: &str) -> Option<Arc<Gpu>> {
+    let gpu = gpu_or_skip()?;
+    let cap = gpu.capability();
+    if (cap.major, cap.minor) != (9, 0) {
+        println!("skipped: {bench} needs sm_90, this GPU is {cap}");
+        return None;
+    }
+    Some(gpu)
+}
+
 /// The median microseconds of `call` over `samples` calls after `warmup` untimed ones, each
 /// after an L2 flush, timed with CUDA events around the call alone on `gpu`'s stream.
 pub fn flushed_median(
@@ -159,4 +173,130 @@ pub fn flushed_median(
         }
     }
     Ok(median(&mut us))
+}
+
+const READ_ONCE_SRC: &str = r#"
+// Reads n 16-byte words once, grid-stride, U independent loads in flight per thread.
+template <int U>
+__device__ void read_once(const uint4* __restrict__ p, unsigned long long n, unsigned* sink) {
+    unsigned acc = 0;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + (U - 1) * stride < n; i += U * stride) {
+        uint4 v[U];
+#pragma unroll
+        for (int j = 0; j < U; ++j)
+            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w)
+                         : "l"(p + i + j * stride));
+#pragma unroll
+        for (int j = 0; j < U; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 v = p[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads
+}
+extern "C" __global__ void read_once4(const uint4* p, unsigned long long n, unsigned* sink) {
+    read_once<4>(p, n, sink);
+}
+extern "C" __global__ void read_once8(const uint4* p, unsigned long long n, unsigned* sink) {
+    read_once<8>(p, n, sink);
+}
+"#;
+
+/// The practical floor of a GEMM that streams an `N x K` FP8 weight once: a kernel that
+/// only reads those bytes once with 16-byte loads on every SM, timed like the GEMMs (CUDA
+/// events, L2 evicted by a read before each call), the best of [`ReadOnce::SHAPES`] grid
+/// shapes (blocks per SM x threads per block) and two load depths.
+pub struct ReadOnce {
+    funcs: [CudaFunction; 2],
+    sink: DeviceBuffer<u8>,
+    sms: u32,
+}
+
+impl ReadOnce {
+    /// Grid shapes tried: (blocks per SM, threads per block).
+    pub const SHAPES: [(u32, u32); 8] = [
+        (1, 512),
+        (1, 1024),
+        (2, 512),
+        (2, 1024),
+        (4, 256),
+        (4, 512),
+        (8, 256),
+        (16, 128),
+    ];
+
+    /// Loads the read-once kernels on `gpu`.
+    pub fn new(gpu: &Arc<Gpu>) -> Self {
+        let (module, _) = gpu
+            .module(&ModuleSpec::new("read_once", READ_ONCE_SRC))
+            .expect("read-once module");
+        let f = |name: &str| module.load_function(name).expect("read-once kernel");
+        ReadOnce {
+            funcs: [f("read_once4"), f("read_once8")],
+            sink: DeviceBuffer::zeros(gpu, 4).expect("sink"),
+            sms: gpu.device().sm_count,
+        }
+    }
+
+    /// The best median microseconds of reading `buf` once (its length a multiple of 16
+    /// bytes is read; the rest is ignored), `samples` per grid shape after `warmup`; also the
+    /// winning (loads in flight, blocks per SM, threads).
+    pub fn floor_us(
+        &self,
+        gpu: &Gpu,
+        timer: &EventTimer,
+        flush: &Flush,
+        buf: &DeviceBuffer<u8>,
+        (warmup, samples): (usize, usize),
+    ) -> Result<(f64, (u32, u32, u32)), String> {
+        let (p, n, sink) = (buf.ptr(), (buf.len() / 16) as u64, self.sink.ptr());
+        let mut best = (f64::INFINITY, (0, 0, 0));
+        for (fi, func) in self.funcs.iter().enumerate() {
+            for (per_sm, threads) in Self::SHAPES {
+                let cfg = LaunchConfig {
+                    grid_dim: (self.sms * per_sm, 1, 1),
+                    block_dim: (threads, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let t = flushed_median(gpu, timer, flush, (warmup, samples), || {
+                    let mut b = gpu.stream().launch_builder(func);
+                    b.arg(&p).arg(&n).arg(&sink);
+                    // SAFETY: p holds n 16-byte words and sink 4 bytes, both on this GPU.
+                    unsafe { b.launch(cfg) }
+                        .map(|_| ())
+                        .map_err(|e| format!("{e:?}"))
+                })?;
+                if t < best.0 {
+                    best = (t, (4 << fi, per_sm, threads));
+                }
+            }
+        }
+        Ok(best)
+    }
+}
+
+/// Captures what `record` enqueues on `stream` into a graph (thread-local capture mode: a
+/// call from this thread that a graph cannot record fails the capture), instantiates it and
+/// uploads it to the device. The capture is ended whatever `record` returned.
+pub fn capture(
+    stream: &Arc<CudaStream>,
+    record: impl FnOnce() -> Result<(), String>,
+) -> Result<CudaGraph, String> {
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(|e| format!("begin_capture: {e:?}"))?;
+    let recorded = record();
+    let ended = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+    recorded?;
+    let graph = ended
+        .map_err(|e| format!("end_capture (the capture was invalidated?): {e:?}"))?
+        .ok_or("the capture recorded nothing")?;
+    graph
+        .upload()
+        .map_err(|e| format!("uploading the graph: {e:?}"))?;
+    Ok(graph)
 }

@@ -93,6 +93,15 @@ pub const fn block_checks(config: &LayerConfig, blocks: Blocks) -> Result<(), Un
     Ok(())
 }
 
+/// For kernels that index tiles past N and K (up to N + 255) in 32-bit integers: N and K
+/// below 2^31 - 256.
+pub const fn tile_indices_fit(config: &LayerConfig) -> Result<(), Unsupported> {
+    if config.n > i32::MAX as usize - 256 || config.k > i32::MAX as usize - 256 {
+        return Err(Unsupported::new("N and K must be below 2^31 - 256"));
+    }
+    Ok(())
+}
+
 /// The weight block `(rows along N, cols along K)` of a block layer (128 x 128 for any
 /// other weight key).
 pub fn weight_block(config: &LayerConfig) -> (usize, usize) {

@@ -69,6 +69,14 @@ pub fn blk128_weight_scales(scales: &[f32], nb: usize, kb: usize) -> Vec<f32> {
     out
 }
 
+impl CublasLtBlockFp8 {
+    /// The weights on the device and the activation quantization (after
+    /// `process_weights`), for a kernel that reads the same weights.
+    pub(crate) fn block_layer(&mut self) -> Result<&BlockLayer, KernelError> {
+        Ok(&self.layer.processed(NAME)?.2.block)
+    }
+}
+
 impl Fp8Kernel for CublasLtBlockFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
         block_checks(config, Blocks::Only128)?;

@@ -18,7 +18,9 @@ use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::tma::TensorMap;
 use fp8_linear_cuda::Gpu;
 
-use super::block::{block_checks, row_major, weight_block, ActLayout, BlockLayer, Blocks};
+use super::block::{
+    block_checks, row_major, tile_indices_fit, weight_block, ActLayout, BlockLayer, Blocks,
+};
 use super::dtype::float_index;
 use super::error::{be, be_at};
 use super::launch::{elementwise, grid, launch, per_float};
@@ -143,6 +145,14 @@ fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
     Ok((module, variants, finalize))
 }
 
+impl HopperBlockFp8 {
+    /// The weights on the device and the activation quantization (after
+    /// `process_weights`), for a kernel that reads the same weights.
+    pub(crate) fn block_layer(&mut self) -> Result<&BlockLayer, KernelError> {
+        Ok(&self.layer.processed(NAME)?.2.block)
+    }
+}
+
 impl Fp8Kernel for HopperBlockFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
         // Rows are padded to 16 bytes at load (TMA's stride rule), so any K works; TMA
@@ -157,10 +167,7 @@ impl Fp8Kernel for HopperBlockFp8 {
             ));
         }
         // Tile coordinates (up to N + 127) are 32-bit in the kernel and in TMA.
-        if config.n > i32::MAX as usize - 256 || config.k > i32::MAX as usize - 256 {
-            return Err(Unsupported::new("N and K must be below 2^31 - 256"));
-        }
-        Ok(())
+        tile_indices_fit(config)
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {

@@ -33,6 +33,7 @@
 mod block;
 pub mod cublaslt_block;
 pub mod cublaslt_scaled;
+pub mod decode;
 mod device_io;
 mod dtype;
 mod error;
@@ -49,6 +50,7 @@ mod weights;
 
 pub use cublaslt_block::CublasLtBlockFp8;
 pub use cublaslt_scaled::{CublasLtFp8PerTensor, CublasLtFp8Rowwise};
+pub use decode::DecodeBlockFp8;
 pub use hopper::HopperBlockFp8;
 pub use marlin::MarlinFp8;
 pub use portable::PortableBlockFp8;

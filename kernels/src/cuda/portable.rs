@@ -93,6 +93,14 @@ fn load_variant(
     })
 }
 
+impl PortableBlockFp8 {
+    /// The weights on the device and the activation quantization (after
+    /// `process_weights`), for a kernel that reads the same weights.
+    pub(crate) fn block_layer(&mut self) -> Result<&BlockLayer, KernelError> {
+        Ok(&self.layer.processed(NAME)?.2.block)
+    }
+}
+
 impl Fp8Kernel for PortableBlockFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
         block_checks(config, Blocks::Tiled)

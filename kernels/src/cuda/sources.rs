@@ -5,6 +5,9 @@
 
 use fp8_linear_cuda::ModuleSpec;
 
+use fp8_linear_core::DType;
+
+use super::dtype::float_slot;
 use super::marlin::plan::MarlinPipeline;
 
 /// The text of `cu/<file>`.
@@ -29,6 +32,8 @@ pub const QUANT_BODY: &str = cu!("quant.cu");
 pub const BLOCK_GEMM_BODY: &str = cu!("block_gemm.cu");
 /// The Hopper block-FP8 GEMM (wgmma + TMA) and its split-K epilogue.
 pub const HOPPER_GEMM_BODY: &str = cu!("hopper_gemm.cu");
+/// The decode block-FP8 GEMM (M <= 16, quantization and split-K reduction inside).
+pub const DECODE_GEMM_BODY: &str = cu!("decode_gemm.cu");
 /// The Marlin-class W8A16 kernel (standalone: it does not use the shared helpers).
 pub const MARLIN: &str = cu!("marlin.cu");
 
@@ -60,6 +65,16 @@ pub fn block_gemm_module(mt: u32, stages: u32, block: (usize, usize)) -> ModuleS
 /// `block` = (rows along N, cols along K).
 pub fn hopper_module(block: (usize, usize)) -> ModuleSpec {
     let spec = ModuleSpec::new("fp8_hopper_gemm", with_common!("hopper_gemm.cu")).arch_specific();
+    scale_block_options(spec, block)
+}
+
+/// The decode module for weight scale blocks of `block` = (rows along N, 128 along K) and
+/// the layer's input and output dtypes (f32, f16 or bf16; `-DDEC_IN` / `-DDEC_OUT`).
+pub fn decode_module(block: (usize, usize), input: DType, output: DType) -> ModuleSpec {
+    let index = |d: DType| float_slot(d).unwrap_or(2);
+    let spec = ModuleSpec::new("fp8_decode_gemm", with_common!("decode_gemm.cu"))
+        .option(format!("-DDEC_IN={}", index(input)))
+        .option(format!("-DDEC_OUT={}", index(output)));
     scale_block_options(spec, block)
 }
 
@@ -145,6 +160,10 @@ mod tests {
             (quant_module(), QUANT_BODY),
             (block_gemm_module(1, 4, (128, 128)), BLOCK_GEMM_BODY),
             (hopper_module((128, 128)), HOPPER_GEMM_BODY),
+            (
+                decode_module((128, 128), DType::Bf16, DType::Bf16),
+                DECODE_GEMM_BODY,
+            ),
         ] {
             assert_eq!(spec.source, format!("{COMMON}\n{body}"), "{}", spec.name);
         }
@@ -166,7 +185,7 @@ mod tests {
         }
         let tuning = MarlinPipeline::default();
         // FP8 mma needs sm_89; wgmma and TMA sm_90a; Marlin's bf16 mma sm_80.
-        let specs: [(ModuleSpec, &[&str]); 13] = [
+        let specs: [(ModuleSpec, &[&str]); 16] = [
             (quant_module(), &["sm_80", "sm_89", "sm_90"]),
             (block_gemm_module(1, 4, (128, 128)), &["sm_89", "sm_90"]),
             (block_gemm_module(2, 4, (128, 128)), &["sm_89", "sm_90"]),
@@ -180,6 +199,15 @@ mod tests {
             (hopper_module((64, 64)), &["sm_90a"]),
             (hopper_module((128, 64)), &["sm_90a"]),
             (marlin_module(&tuning), &["sm_80", "sm_86", "sm_89"]),
+            (
+                decode_module((128, 128), DType::Bf16, DType::Bf16),
+                &["sm_89", "sm_90"],
+            ),
+            (
+                decode_module((128, 128), DType::F32, DType::F16),
+                &["sm_90"],
+            ),
+            (decode_module((8, 128), DType::F16, DType::F32), &["sm_90"]),
         ];
         for (spec, arches) in &specs {
             for arch in *arches {

@@ -48,14 +48,6 @@ __device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2,
                  : "r"(addr));
 }
 
-__device__ __forceinline__ void mma_e4m3(float* c, const u32* a, const u32* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // Byte offset of 16-byte chunk `ch` (0..7) of row `r` in a 128-byte-row swizzled tile.
 __device__ __forceinline__ u32 swz(int r, int ch) { return (u32)(r * 128 + ((ch ^ (r & 7)) << 4)); }
 
@@ -67,22 +59,6 @@ __device__ __forceinline__ void load_tile(u32 dst, const u8* __restrict__ src, i
         const bool ok = gr < rows_total && gk < kp;
         const u8* p = ok ? src + (long long)gr * ld + gk : src;
         cp_async16(dst + swz(r, ch), p, ok ? 16 : 0);
-    }
-}
-
-template <int OUT>
-__device__ __forceinline__ void store2(void* out, long long idx, float v0, float v1, bool both,
-                                       bool pair_ok) {
-    if (OUT == 0) {
-        float* o = (float*)out + idx;
-        if (both && pair_ok) { *reinterpret_cast<float2*>(o) = make_float2(v0, v1); }
-        else { o[0] = v0; if (both) o[1] = v1; }
-    } else {
-        u16 h0 = OUT == 1 ? f32_to_f16(v0) : f32_to_bf16(v0);
-        u16 h1 = OUT == 1 ? f32_to_f16(v1) : f32_to_bf16(v1);
-        u16* o = (u16*)out + idx;
-        if (both && pair_ok) { *reinterpret_cast<u32*>(o) = (u32)h0 | ((u32)h1 << 16); }
-        else { o[0] = h0; if (both) o[1] = h1; }
     }
 }
 

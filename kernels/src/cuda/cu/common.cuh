@@ -43,13 +43,15 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
 // Normal range: RNE to 3 mantissa bits as an integer add on the f32 bits, then rebias the
 // exponent (127 -> 7); below 2^-6 the spacing is 2^-9: round a * 512 (exact scaling).
 __device__ __forceinline__ u32 f32_to_e4m3(float x) {
+    // Branch-free (both roundings computed, then selected): lanes encoding different
+    // ranges do not diverge, and a lane's eight encodings overlap.
     const u32 sign = (__float_as_uint(x) >> 24) & 0x80u;
-    if (x != x) return 0x7fu | sign;
-    const float a = fminf(fabsf(x), E4M3_MAX);
+    const float a = fminf(fabsf(x), E4M3_MAX);  // 448 for NaN (replaced below)
     const u32 ax = __float_as_uint(a);
-    const u32 code = a < 0.015625f ? (u32)__float2int_rn(a * 512.0f)
-                                   : ((ax + 0x7ffffu + ((ax >> 20) & 1u)) >> 20) - (120u << 3);
-    return sign | code;
+    const u32 small = (u32)__float2int_rn(a * 512.0f);
+    const u32 normal = ((ax + 0x7ffffu + ((ax >> 20) & 1u)) >> 20) - (120u << 3);
+    const u32 code = a < 0.015625f ? small : normal;
+    return x != x ? (0x7fu | sign) : (sign | code);
 }
 
 // x / s, correctly rounded, with r = __frcp_rn(s) computed once per scale: one Markstein
@@ -137,4 +139,60 @@ __device__ __forceinline__ float ue8m0_ceil(float s) {
     if (e == 0) return b != 0 ? __uint_as_float(0x00800000u) : s;
     if (e <= 253 && (b & 0x7fffffu) != 0) b = (b & 0xff800000u) + 0x00800000u;
     return __uint_as_float(b);
+}
+
+// D += A x B with FP8 mma.sync m16n8k32 (e4m3 x e4m3 -> f32; sm_89 and newer): a[4] the A
+// fragment (16 x 32, row), b[2] the B fragment (32 x 8, col), c[4] the f32 accumulators.
+__device__ __forceinline__ void mma_e4m3(float* c, const u32* a, const u32* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Stores v0 (and v1 at idx + 1 when `both`) at element idx of an output of dtype OUT
+// (0 = f32, 1 = f16, 2 = bf16); one vector store when `pair_ok` (idx even, aligned).
+template <int OUT>
+__device__ __forceinline__ void store2(void* out, long long idx, float v0, float v1, bool both,
+                                       bool pair_ok) {
+    if (OUT == 0) {
+        float* o = (float*)out + idx;
+        if (both && pair_ok) { *reinterpret_cast<float2*>(o) = make_float2(v0, v1); }
+        else { o[0] = v0; if (both) o[1] = v1; }
+    } else {
+        u16 h0 = OUT == 1 ? f32_to_f16(v0) : f32_to_bf16(v0);
+        u16 h1 = OUT == 1 ? f32_to_f16(v1) : f32_to_bf16(v1);
+        u16* o = (u16*)out + idx;
+        if (both && pair_ok) { *reinterpret_cast<u32*>(o) = (u32)h0 | ((u32)h1 << 16); }
+        else { o[0] = h0; if (both) o[1] = h1; }
+    }
+}
+
+
+// Dynamic 1 x G group quantization of 8 values per lane, the group spread over `lanes`
+// aligned lanes (a power of two <= 32; every lane of the warp must call it): returns the
+// group's scale, max(absmax, 1e-10) / 448 (NaN when the group holds one; rounded up to a
+// power of two when `ue8m0`), and the e4m3 codes of x / scale for the `valid` first values
+// packed little-endian, 0-3 in lo and 4-7 in hi (codes past `valid` are 0; pass those values
+// as 0 so they do not count towards the absmax).
+__device__ __forceinline__ float quant_group8(const float v[8], int valid, int lanes, int ue8m0,
+                                              u32& lo, u32& hi) {
+    u32 m = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = max(m, abs_bits(v[j]));
+    m = lane_group_max_u32(m, lanes);
+    float scale = scale_from_amax_bits(m);
+    if (ue8m0) scale = ue8m0_ceil(scale);
+    const float rcp = __frcp_rn(scale);
+    lo = 0;
+    hi = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const u32 c0 = f32_to_e4m3(div_by_scale(v[j], scale, rcp));
+        const u32 c1 = f32_to_e4m3(div_by_scale(v[j + 4], scale, rcp));
+        lo |= (j < valid ? c0 : 0u) << (8 * j);
+        hi |= (j + 4 < valid ? c1 : 0u) << (8 * j);
+    }
+    return scale;
 }

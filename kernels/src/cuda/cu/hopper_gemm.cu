@@ -107,21 +107,6 @@ __device__ __forceinline__ void wgmma_m64n128k32(float* d, u64 da, u64 db, int a
 }
 
 // ---- output ---------------------------------------------------------------------------
-template <int OUT>
-__device__ __forceinline__ void put2(void* out, long long idx, float v0, float v1, bool both,
-                                     bool pair_ok) {
-    if (OUT == 0) {
-        float* o = (float*)out + idx;
-        if (both && pair_ok) { *reinterpret_cast<float2*>(o) = make_float2(v0, v1); }
-        else { o[0] = v0; if (both) o[1] = v1; }
-    } else {
-        u16 h0 = OUT == 1 ? f32_to_f16(v0) : f32_to_bf16(v0);
-        u16 h1 = OUT == 1 ? f32_to_f16(v1) : f32_to_bf16(v1);
-        u16* o = (u16*)out + idx;
-        if (both && pair_ok) { *reinterpret_cast<u32*>(o) = (u32)h0 | ((u32)h1 << 16); }
-        else { o[0] = h0; if (both) o[1] = h1; }
-    }
-}
 
 // ---- the kernel -----------------------------------------------------------------------
 // Work unit u -> (n block, m block, split): units sharing a weight tile are adjacent, so
@@ -295,10 +280,10 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
                 float v0 = tot[4 * j + 2 * h], v1 = tot[4 * j + 2 * h + 1];
                 const long long idx = (long long)r * N + c;
                 if (split) {
-                    put2<0>(wsp, idx, v0, v1, both, (N & 1) == 0);
+                    store2<0>(wsp, idx, v0, v1, both, (N & 1) == 0);
                 } else {
                     if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
-                    put2<OUT>(out, idx, v0, v1, both, (N & 1) == 0);
+                    store2<OUT>(out, idx, v0, v1, both, (N & 1) == 0);
                 }
             }
         }

@@ -22,21 +22,10 @@ __device__ void quant_groups(const typename In<T>::E* __restrict__ x, u8* __rest
     const int valid = active ? max(0, min(8, K - c0)) : 0;
     float v[8];
     load8<T>(x + (long long)row * K + c0, vec != 0, valid, v);
-    u32 m = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) m = max(m, abs_bits(v[j]));
-    m = lane_group_max_u32(m, lanes);
+    u32 lo, hi;
+    const float scale = quant_group8(v, valid, lanes, ue8m0, lo, hi);
     if (!active) return;
-    float scale = scale_from_amax_bits(m);
-    if (ue8m0) scale = ue8m0_ceil(scale);
-    const float rcp = __frcp_rn(scale);
     if (sub == 0) s[row * s_row + g * s_col] = scale;
-    u32 lo = 0, hi = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        lo |= (j < valid ? f32_to_e4m3(div_by_scale(v[j], scale, rcp)) : 0u) << (8 * j);
-        hi |= (j + 4 < valid ? f32_to_e4m3(div_by_scale(v[j + 4], scale, rcp)) : 0u) << (8 * j);
-    }
     u8* out = q + (long long)row * ldq + c0;
     if (c0 + 7 < ldq && (ldq & 7) == 0) {
         *reinterpret_cast<uint2*>(out) = make_uint2(lo, hi);

@@ -1,0 +1,201 @@
+//! The decode kernel (`DecodeBlockFp8`, M <= 16 in one launch) against the f64 reference
+//! on fresh random data, for M from 1 to 16 (every M on the small layers): ragged N and K, every input and output
+//! dtype, bias, ue8m0 scales, 8-row weight blocks, with and without split K (the in-kernel
+//! reduction); each call repeated and required bit-identical (the split counters reset
+//! themselves). Above the default decode range (M = 1) the layer runs on the prefill
+//! kernel, checked against the reference too; and selection puts the kernel first on Hopper. Skips without a GPU unless
+//! FP8_REQUIRE_CUDA=1; off sm_90 it checks that selection never picks the kernel, then
+//! skips visibly.
+
+use std::sync::Arc;
+
+use fp8_linear::cuda::decode::{DECODE_DEFAULT_M, DECODE_MAX_M};
+use fp8_linear::cuda::runtime::Gpu;
+use fp8_linear::cuda::{CublasLtBlockFp8, DecodeBlockFp8, HopperBlockFp8, PortableBlockFp8};
+use fp8_linear::{
+    DType, Fp8Kernel, KernelOptions, LayerConfig, Overrides, Registered, ScaleDtype, Target,
+};
+use fp8_linear_tests::check::{compare, Tolerance};
+use fp8_linear_tests::gpu::{gpu_for_entry_or_skip, gpu_or_skip, run};
+use fp8_linear_tests::layers::{random_activations, reference_rows, HostLayer, WeightGen};
+
+/// The layers checked: (what, config).
+fn layers() -> Vec<(&'static str, LayerConfig)> {
+    let mut biased = LayerConfig::block_128(300, 1000, DType::F16, DType::F32);
+    biased.bias = true;
+    vec![
+        (
+            "ragged 7748x3884 bf16",
+            LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16),
+        ),
+        (
+            "2112x7168 bf16 (many splits)",
+            LayerConfig::block_128(2112, 7168, DType::Bf16, DType::Bf16),
+        ),
+        ("300x1000 f16 -> f32 + bias", biased),
+        (
+            "1x130 f32 -> f16",
+            LayerConfig::block_128(1, 130, DType::F32, DType::F16),
+        ),
+        (
+            "520x2000 8x128 blocks ue8m0",
+            LayerConfig::block(
+                520,
+                2000,
+                (8, 128),
+                ScaleDtype::Ue8m0,
+                DType::Bf16,
+                DType::Bf16,
+            ),
+        ),
+    ]
+}
+
+fn build(
+    gpu: &Arc<Gpu>,
+    cfg: &LayerConfig,
+    layer: &HostLayer,
+    max_splits: Option<u16>,
+    decode_up_to: usize,
+) -> Box<dyn Fp8Kernel> {
+    let target = Target::from_gpu(gpu.clone());
+    let options = KernelOptions {
+        max_splits,
+        ..KernelOptions::none()
+    };
+    let mut k: Box<dyn Fp8Kernel> = Box::new(
+        DecodeBlockFp8::new(&target.build_ctx(cfg, &options))
+            .unwrap_or_else(|e| panic!("build: {e}"))
+            .with_decode_up_to(decode_up_to),
+    );
+    k.process_weights(&layer.weights())
+        .unwrap_or_else(|e| panic!("process_weights: {e}"));
+    k
+}
+
+#[test]
+fn every_m_up_to_16_matches_the_reference() {
+    let test = "every_m_up_to_16_matches_the_reference";
+    let Some(gpu) = gpu_for_entry_or_skip(test, &DecodeBlockFp8::ENTRY, false) else {
+        return;
+    };
+    let mut failures = Vec::new();
+    for (what, cfg) in layers() {
+        let layer = HostLayer::random(&cfg, WeightGen::Spread(3));
+        let ref_cfg = DecodeBlockFp8::ENTRY.reference_config(&cfg);
+        // f32 accumulation of exact FP8 products, as the portable mma.sync kernel.
+        let tol = Tolerance::cpu(cfg.output_dtype);
+        for splits in [None, Some(1)] {
+            let mut kernel = build(&gpu, &cfg, &layer, splits, DECODE_MAX_M);
+            // Every M on the small layers; on the large ones (the f64 reference dominates
+            // the test's time) each column-tile count and both sides of M = 8.
+            let ms: Vec<usize> = if cfg.n * cfg.k > 1 << 22 {
+                vec![1, 2, 3, 7, 8, 9, 13, 16]
+            } else {
+                (1..=16).collect()
+            };
+            for m in ms {
+                let x = random_activations(m, cfg.k);
+                let (got, exact) = run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap();
+                let (again, _) = run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap();
+                let rows: Vec<usize> = (0..m).collect();
+                let want = reference_rows(&ref_cfg, &layer, &exact, m, &rows).unwrap();
+                let c = compare(&got, &want, cfg.n, tol);
+                let differ = got
+                    .iter()
+                    .zip(&again)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                let label = format!("{what}, max_splits {splits:?}, M={m}");
+                eprintln!("{label}: {} (rerun: {differ} elements differ)", c.summary());
+                if !c.ok() {
+                    failures.push(format!("{label}: {}", c.summary()));
+                }
+                if differ > 0 {
+                    failures.push(format!("{label}: a rerun differs in {differ} elements"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn larger_m_run_on_the_prefill_kernel() {
+    let test = "larger_m_run_on_the_prefill_kernel";
+    let Some(gpu) = gpu_for_entry_or_skip(test, &DecodeBlockFp8::ENTRY, false) else {
+        return;
+    };
+    let target = Target::from_gpu(gpu.clone());
+    let mut biased = LayerConfig::block_128(640, 1280, DType::Bf16, DType::Bf16);
+    biased.bias = true;
+    for (cfg, prefill) in [
+        (
+            LayerConfig::block_128(640, 1280, DType::Bf16, DType::Bf16),
+            CublasLtBlockFp8::NAME,
+        ),
+        // cuBLASLt writes bf16 only and takes no bias: our Hopper kernel.
+        (
+            LayerConfig::block_128(640, 1280, DType::Bf16, DType::F32),
+            HopperBlockFp8::NAME,
+        ),
+        (biased, HopperBlockFp8::NAME),
+        // 8-row blocks: only the portable kernel.
+        (
+            LayerConfig::block(
+                640,
+                1280,
+                (8, 128),
+                ScaleDtype::F32,
+                DType::Bf16,
+                DType::Bf16,
+            ),
+            PortableBlockFp8::NAME,
+        ),
+    ] {
+        let options = KernelOptions::none();
+        let chosen = DecodeBlockFp8::new(&target.build_ctx(&cfg, &options))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(chosen.prefill_kernel(), prefill, "{cfg:?}");
+        let layer = HostLayer::random(&cfg, WeightGen::Spread(3));
+        let mut kernel = build(&gpu, &cfg, &layer, None, DECODE_DEFAULT_M);
+        let ref_cfg = DecodeBlockFp8::ENTRY.reference_config(&cfg);
+        let prefill_entry = fp8_linear::tables::CUDA_BLOCK
+            .entry(prefill)
+            .expect("a block kernel");
+        // M above the decode range, then back to decode on the same object.
+        for m in [2, 17, 64, 200, 1] {
+            let x = random_activations(m, cfg.k);
+            let (got, exact) = run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap();
+            let rows: Vec<usize> = (0..m).collect();
+            let want = reference_rows(&ref_cfg, &layer, &exact, m, &rows).unwrap();
+            let tol = if m <= DECODE_DEFAULT_M {
+                Tolerance::cpu(cfg.output_dtype)
+            } else {
+                Tolerance::for_kernel(prefill_entry, &cfg)
+            };
+            let c = compare(&got, &want, cfg.n, tol);
+            eprintln!("{prefill} M={m}: {}", c.summary());
+            c.assert_ok(&format!("{cfg:?} at M={m} (prefill {prefill})"));
+        }
+    }
+}
+
+#[test]
+fn selected_first_for_block_layers_on_hopper_only() {
+    let Some(gpu) = gpu_or_skip("selected_first_for_block_layers_on_hopper_only") else {
+        return;
+    };
+    let cfg = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
+    let chosen = fp8_linear::tables::BUILTIN
+        .select(gpu.device(), &cfg, &Overrides::none())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let hopper = DecodeBlockFp8::ENTRY.arch.matches(Some(gpu.capability()));
+    assert_eq!(
+        chosen.entry.name == DecodeBlockFp8::NAME,
+        hopper,
+        "{} chosen on {}",
+        chosen.entry.name,
+        gpu.capability()
+    );
+}
