@@ -430,6 +430,23 @@ mod tests {
         assert!(s <= 5 && per * s >= 5);
     }
 
+    /// The choices the H200 split sweep backs at M = 1 (BENCHMARKS.md, the decode kernel's
+    /// split table): one wave of CTAs, not more; a layer whose tiles nearly fill the GPU is
+    /// not split at all.
+    #[test]
+    fn splits_match_the_h200_sweep() {
+        let plan =
+            |n: usize, k: usize| plan_decode_splits(n.div_ceil(256), k.div_ceil(128), 132, n, 32).0;
+        assert_eq!(plan(24576, 1536), 1); // 96 tiles: 17.9 us unsplit, 26.8 at 4 splits
+        assert_eq!(plan(14336, 4096), 2); // 56 tiles: 25.6 us at 2, 32.4 at 7
+        assert_eq!(plan(7168, 2048), 4); // 28 tiles: 13.4 us at 4, 14.0 at 2
+        assert_eq!(plan(4096, 7168), 8); // 16 tiles: 18.0 us at 8, 19.5 at 4
+        for (n, k) in [(4096, 4096), (2112, 7168), (7168, 16384), (18432, 7168)] {
+            let s = plan(n, k);
+            assert!(n.div_ceil(256) * s <= 2 * 132, "{n}x{k}: {s} splits");
+        }
+    }
+
     #[test]
     fn takes_model_shapes_and_128_column_blocks_only() {
         for (n, k) in [(7748, 3884), (1, 1), (24576, 1536), (7, 16384)] {
