@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, PushKernelArg};
 use fp8_linear_core::{
-    fp8_kernel, BuildCtx, DType, Device, Fp8Kernel, KernelEntry, KernelError, LayerConfig,
-    LayerWeights, Registered, Tensor, TensorMut, Unsupported,
+    fp8_kernel, BuildCtx, Device, Fp8Kernel, KernelEntry, KernelError, LayerConfig, LayerWeights,
+    Registered, Tensor, TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::Gpu;
@@ -22,7 +22,7 @@ use super::block::{block_checks, tile_indices_fit, weight_block, BlockLayer, Blo
 use super::dtype::float_index;
 use super::error::{be, be_at};
 use super::launch::{grid, launch};
-use super::quant::Grouping;
+use super::quant::{vector_loads, Grouping};
 use super::scratch::Scratch;
 use super::sources::decode_module;
 use super::{CublasLtBlockFp8, HopperBlockFp8, PortableBlockFp8};
@@ -202,7 +202,7 @@ const WAVE_US: f64 = 2.0;
 /// Device-memory rate of the whole GPU, bytes per microsecond.
 const HBM_RATE: f64 = 4.3e6;
 
-/// K splits of a decode call: `tiles` CTA tiles of 128 rows, `kb` 128-long K blocks, `sms`
+/// K splits of a decode call: `tiles` CTA tiles of 256 rows, `kb` 128-long K blocks, `sms`
 /// SMs, an output of `mn` elements, at most `max` splits (but always enough for at most 64
 /// K blocks per split). Returns (splits, K blocks per split). The cost model: the weight
 /// streams at the GPU's rate or at one SM's rate over the most-loaded SM's share (one CTA
@@ -313,7 +313,11 @@ impl Fp8Kernel for DecodeBlockFp8 {
         self.state = None;
         self.prefill.kernel().process_weights(weights)?;
         let c = &self.config;
-        let spec = decode_module(weight_block(c), c.input_dtype, c.output_dtype);
+        let dtypes = (
+            float_index("input", c.input_dtype)?,
+            float_index("output", c.output_dtype)?,
+        );
+        let spec = decode_module(weight_block(c), dtypes);
         let (module, _) = self.gpu.module(&spec).map_err(be(NAME))?;
         let smem = smem_bytes(16, MAX_KB_PER_SPLIT) as u32;
         let load = |name: &str| {
@@ -333,11 +337,12 @@ impl Fp8Kernel for DecodeBlockFp8 {
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let (c, gpu) = (&self.config, &self.gpu);
         let state = fp8_linear_core::kernel::processed(&mut self.state, NAME)?;
-        let block = self.prefill.block()?;
-        let (m, x, out) = block.check(NAME, c, gpu, input, output)?;
-        if m > self.decode_up_to {
+        // Above the decode range the prefill kernel runs (and checks) the whole call.
+        if input.shape[0] > self.decode_up_to {
             return self.prefill.kernel().apply(input, output);
         }
+        let block = self.prefill.block()?;
+        let (m, x, out) = block.check(NAME, c, gpu, input, output)?;
         let p = Plan::new(c, gpu, self.max_splits, m);
         // Everything the call needs, before anything is enqueued.
         let ws = state.reserve(c, gpu, &p, m)?;
@@ -354,9 +359,7 @@ impl Fp8Kernel for DecodeBlockFp8 {
         } else {
             ws + (p.tiles.div_ceil(4) * 16) as u64
         };
-        float_index("output", c.output_dtype)?;
-        let f32_in = matches!(c.input_dtype, DType::F32);
-        let vec = (x.ptr.is_multiple_of(16) && k.is_multiple_of(if f32_in { 4 } else { 8 })) as i32;
+        let vec = vector_loads(x.ptr, c.input_dtype, k) as i32;
         let (mi, ni, ki, ldw, s_ldi) = (m as i32, n as i32, k as i32, w.ldk as i32, s_ld as i32);
         let (kbps, splits) = (p.kb_per_split as i32, p.splits as i32);
         let ue8m0 = state.ue8m0 as i32;
@@ -411,6 +414,7 @@ impl Fp8Kernel for DecodeBlockFp8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fp8_linear_core::DType;
 
     #[test]
     fn splits_fill_the_gpu() {

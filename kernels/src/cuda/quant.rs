@@ -99,6 +99,13 @@ fn i32_of(what: &str, v: usize) -> Result<i32, CudaError> {
 
 /// The checks every quantization of `[m, k]` into rows of `ldq` codes starts with: returns
 /// the function index of `dtype` and M, K, ldq as the kernels' 32-bit integers.
+/// Whether the device helper `load8` may read rows of `k` elements of `dtype` at `x` with
+/// 16-byte loads (8 elements of 16-bit input, or 2 x 4 of f32): every row start aligned.
+pub(crate) fn vector_loads(x: u64, dtype: DType, k: usize) -> bool {
+    let per_16_bytes = if matches!(dtype, DType::F32) { 4 } else { 8 };
+    x.is_multiple_of(16) && k.is_multiple_of(per_16_bytes)
+}
+
 fn quant_dims(
     what: &str,
     dtype: DType,
@@ -173,9 +180,7 @@ impl ActQuant {
                 )))
             }
         };
-        // 16-byte loads: 8 elements of 16-bit input, or 2 x 4 of f32.
-        let vec: i32 =
-            (x.is_multiple_of(16) && k.is_multiple_of(if t == 0 { 4 } else { 8 })) as i32;
+        let vec = vector_loads(x, dtype, k) as i32;
         let threads = (m as u64) * groups as u64 * (g as u64 / 8);
         let grid = u32::try_from(threads.div_ceil(THREADS as u64))
             .map_err(|_| CudaError::InvalidArgument("too many groups".into()))?;

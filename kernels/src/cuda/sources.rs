@@ -5,9 +5,6 @@
 
 use fp8_linear_cuda::ModuleSpec;
 
-use fp8_linear_core::DType;
-
-use super::dtype::float_slot;
 use super::marlin::plan::MarlinPipeline;
 
 /// The text of `cu/<file>`.
@@ -69,12 +66,12 @@ pub fn hopper_module(block: (usize, usize)) -> ModuleSpec {
 }
 
 /// The decode module for weight scale blocks of `block` = (rows along N, 128 along K) and
-/// the layer's input and output dtypes (f32, f16 or bf16; `-DDEC_IN` / `-DDEC_OUT`).
-pub fn decode_module(block: (usize, usize), input: DType, output: DType) -> ModuleSpec {
-    let index = |d: DType| float_slot(d).unwrap_or(2);
+/// the layer's (input, output) dtypes as float indices (`dtype::float_index`: 0 f32, 1 f16,
+/// 2 bf16; `-DDEC_IN` / `-DDEC_OUT`).
+pub fn decode_module(block: (usize, usize), (input, output): (usize, usize)) -> ModuleSpec {
     let spec = ModuleSpec::new("fp8_decode_gemm", with_common!("decode_gemm.cu"))
-        .option(format!("-DDEC_IN={}", index(input)))
-        .option(format!("-DDEC_OUT={}", index(output)));
+        .option(format!("-DDEC_IN={input}"))
+        .option(format!("-DDEC_OUT={output}"));
     scale_block_options(spec, block)
 }
 
@@ -160,10 +157,7 @@ mod tests {
             (quant_module(), QUANT_BODY),
             (block_gemm_module(1, 4, (128, 128)), BLOCK_GEMM_BODY),
             (hopper_module((128, 128)), HOPPER_GEMM_BODY),
-            (
-                decode_module((128, 128), DType::Bf16, DType::Bf16),
-                DECODE_GEMM_BODY,
-            ),
+            (decode_module((128, 128), (2, 2)), DECODE_GEMM_BODY),
         ] {
             assert_eq!(spec.source, format!("{COMMON}\n{body}"), "{}", spec.name);
         }
@@ -199,15 +193,9 @@ mod tests {
             (hopper_module((64, 64)), &["sm_90a"]),
             (hopper_module((128, 64)), &["sm_90a"]),
             (marlin_module(&tuning), &["sm_80", "sm_86", "sm_89"]),
-            (
-                decode_module((128, 128), DType::Bf16, DType::Bf16),
-                &["sm_89", "sm_90"],
-            ),
-            (
-                decode_module((128, 128), DType::F32, DType::F16),
-                &["sm_90"],
-            ),
-            (decode_module((8, 128), DType::F16, DType::F32), &["sm_90"]),
+            (decode_module((128, 128), (2, 2)), &["sm_89", "sm_90"]),
+            (decode_module((128, 128), (0, 1)), &["sm_90"]),
+            (decode_module((8, 128), (1, 0)), &["sm_90"]),
         ];
         for (spec, arches) in &specs {
             for arch in *arches {
