@@ -9,6 +9,9 @@ pub const ENV_MAX_SPLITS: &str = "FP8_LINEAR_MAX_SPLITS";
 /// Environment variable naming an older compute capability to compile kernels for
 /// (`sm80`: run the code an A100 runs on a newer GPU), for kernels that can.
 pub const ENV_COMPILE_FOR: &str = "FP8_LINEAR_COMPILE_FOR";
+/// Environment variable fixing the row height of the output tiles, for kernels that choose
+/// one per call (the Hopper kernel: 64, 128 or 256).
+pub const ENV_TILE_ROWS: &str = "FP8_LINEAR_TILE_ROWS";
 
 /// Tuning knobs kernels read from their build context. `Default` is every kernel's own
 /// choice.
@@ -19,6 +22,10 @@ pub struct KernelOptions {
     /// Compile for this older compute capability instead of the device's (kernels that
     /// support it: Marlin); None compiles for the device.
     pub compile_for: Option<Capability>,
+    /// Row height of the output tiles for kernels that choose one per call (the Hopper
+    /// kernel: 64, 128 or 256); None lets the kernel choose by M. A kernel that cannot use
+    /// the height refuses to build, naming the heights it has.
+    pub tile_rows: Option<u16>,
 }
 
 /// A bad value in an options environment variable.
@@ -39,7 +46,7 @@ impl KernelOptions {
         KernelOptions::default()
     }
 
-    /// Reads [`ENV_MAX_SPLITS`] and [`ENV_COMPILE_FOR`]; unset or empty variables keep the
+    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`] and [`ENV_TILE_ROWS`]; unset or empty variables keep the
     /// default, bad values are errors.
     pub fn from_env() -> Result<Self, OptionsError> {
         let mut o = KernelOptions::default();
@@ -64,12 +71,30 @@ impl KernelOptions {
                 },
             )?);
         }
+        if let Some(v) = env(ENV_TILE_ROWS) {
+            o.tile_rows = Some(match v.parse::<u16>() {
+                Ok(r @ 1..) => r,
+                _ => {
+                    return Err(OptionsError {
+                        var: ENV_TILE_ROWS,
+                        value: v,
+                        expected: "a positive integer (the Hopper kernel has 64, 128 and 256)",
+                    })
+                }
+            });
+        }
         Ok(o)
     }
 
     /// Caps K splits.
     pub fn max_splits(mut self, cap: u16) -> Self {
         self.max_splits = Some(cap);
+        self
+    }
+
+    /// Fixes the output tiles' row height (for kernels that choose one).
+    pub fn tile_rows(mut self, rows: u16) -> Self {
+        self.tile_rows = Some(rows);
         self
     }
 

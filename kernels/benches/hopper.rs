@@ -1,10 +1,12 @@
-//! The Hopper wgmma block-FP8 kernel against cuBLASLt block-scaled and the portable mma.sync
-//! kernel, side by side in one run: M in {1, 16, 64, 128, 512, 4096} x (N, K) of
+//! The Hopper wgmma block-FP8 kernel against cuBLASLt block-scaled, side by side in one run:
+//! M in {1, 16, 64, 128, 512, 4096} x (N, K) of
 //! DeepSeek-V3-style layers, bf16 in and out, CUDA-event timing of `apply` (activation
 //! quantization included), median of the samples. Before every timed call a kernel reads a
 //! 256 MiB buffer: it evicts L2 without leaving dirty lines, and keeps the GPU busy while
 //! `apply` is enqueued, so the events time device work alone. "Hopper-s1" is the same kernel
-//! with K splitting off (`KernelOptions::max_splits(1)`). Also checks the Hopper output against
+//! with K splitting off (`KernelOptions::max_splits(1)`); "Hopper-128" and "Hopper-256" fix
+//! its tile height (`KernelOptions::tile_rows`, run from M = 128, where the kernel chooses
+//! between them). Also checks the Hopper output against
 //! cuBLASLt's on every point (relative Frobenius difference). Prints "skipped" and exits 0
 //! without an sm_90 GPU; a compact summary table comes last.
 //!
@@ -17,7 +19,7 @@ use std::sync::Arc;
 
 use common::{flushed_median, hopper_or_skip, random_codes, Flush};
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
-use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8, PortableBlockFp8};
+use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8};
 use fp8_linear::{
     DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Registered, Target,
     Tensor,
@@ -34,12 +36,14 @@ const SHAPES: [(usize, usize); 6] = [
     (7168, 16384),
     (18432, 7168),
 ];
-/// (label, kernel, the build options' `max_splits`)
-const KERNELS: [(&str, &KernelEntry, Option<u16>); 4] = [
-    ("LtBlk", &CublasLtBlockFp8::ENTRY, None),
-    ("Hopper", &HopperBlockFp8::ENTRY, None),
-    ("Hopper-s1", &HopperBlockFp8::ENTRY, Some(1)),
-    ("Portable", &PortableBlockFp8::ENTRY, None),
+/// (label, kernel, the build options' `max_splits` and `tile_rows`)
+type Bench = (&'static str, &'static KernelEntry, Option<u16>, Option<u16>);
+const KERNELS: [Bench; 5] = [
+    ("LtBlk", &CublasLtBlockFp8::ENTRY, None, None),
+    ("Hopper", &HopperBlockFp8::ENTRY, None, None),
+    ("Hopper-s1", &HopperBlockFp8::ENTRY, Some(1), None),
+    ("Hopper-128", &HopperBlockFp8::ENTRY, None, Some(128)),
+    ("Hopper-256", &HopperBlockFp8::ENTRY, None, Some(256)),
 ];
 const WARMUP: usize = 3;
 const SAMPLES: usize = 25;
@@ -108,9 +112,10 @@ fn main() {
             input_scale_ub: None,
             bias: None,
         };
-        for (label, entry, max_splits) in KERNELS {
+        for (label, entry, max_splits, tile_rows) in KERNELS {
             let options = KernelOptions {
                 max_splits,
+                tile_rows,
                 ..KernelOptions::none()
             };
             let built = entry
@@ -128,6 +133,9 @@ fn main() {
             };
             let mut out = DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out");
             for m in MS {
+                if tile_rows.is_some() && m < 128 {
+                    continue;
+                }
                 let r = time_apply(
                     &gpu,
                     &timer,
@@ -165,8 +173,9 @@ fn main() {
          read at 4.3 TB/s over Hopper's time; diff = ||hopper - lt|| / ||lt||"
     );
     println!(
-        "{:>5} {:>11} | {:>7} | {:>7} {:>6} | {:>9} {:>6} | {:>8} {:>6} | {:>6} | {:>7}",
-        "M", "NxK", "LtBlk", "Hopper", "x", "Hopper-s1", "x", "Portable", "x", "floor%", "diff"
+        "{:>5} {:>11} | {:>7} | {:>7} {:>6} | {:>9} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>6} | {:>7}",
+        "M", "NxK", "LtBlk", "Hopper", "x", "Hopper-s1", "x", "Hopper-128", "x", "Hopper-256",
+        "x", "floor%", "diff"
     );
     for &(n, k) in shapes {
         for m in MS {
@@ -187,12 +196,13 @@ fn main() {
                 .map(|t| format!("{:>5.0}%", 100.0 * floor_us / t))
                 .unwrap_or_else(|| format!("{:>6}", "-"));
             println!(
-                "{m:>5} {:>11} | {:>7} | {} | {} | {} | {floor} | {:>7}",
+                "{m:>5} {:>11} | {:>7} | {} | {} | {} | {} | {floor} | {:>7}",
                 format!("{n}x{k}"),
                 lt.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into()),
                 cell("Hopper", 7),
                 cell("Hopper-s1", 9),
-                cell("Portable", 8),
+                cell("Hopper-128", 10),
+                cell("Hopper-256", 10),
                 diff.get(&(n, k, m))
                     .map(|d| format!("{d:.1e}"))
                     .unwrap_or_else(|| "-".into()),

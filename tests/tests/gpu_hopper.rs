@@ -4,16 +4,25 @@
 //! never off sm_90), one kernel object reused while M changes (tensor maps rebuilt and
 //! reused, scratch growth), and small-M diagnostics (bit-identical reruns, the portable
 //! kernel on the same data, the GPU quantization against the oracle, the worst elements),
-//! each asserted. Skips without a GPU unless FP8_REQUIRE_CUDA=1; on a GPU that is not
+//! each asserted; and every tile height (64, 128, 256 rows, fixed through the build
+//! options, and the per-call choice) against the f64 reference on ragged layers, split and
+//! unsplit, each call repeated bit-identical. Skips without a GPU unless FP8_REQUIRE_CUDA=1; on a GPU that is not
 //! sm_90 it checks that selection never picks the kernel, then skips visibly (a failure
 //! under FP8_REQUIRE_CUDA=1 unless FP8_ALLOW_ARCH_SKIPS allows it).
 
 use fp8_linear::cuda::runtime::DeviceBuffer;
 use fp8_linear::cuda::HopperBlockFp8;
-use fp8_linear::{DType, LayerConfig, LayerWeights, Overrides, Registered, Tensor};
-use fp8_linear_tests::check::{compare, Tolerance};
-use fp8_linear_tests::gpu::{block_reference_rows, build, entry_runs_on, gpu_or_skip, run};
-use fp8_linear_tests::layers::{quantize_groups, random_activations, random_block_weight};
+use fp8_linear::{
+    DType, Fp8Kernel, KernelOptions, LayerConfig, LayerWeights, Overrides, Registered, ScaleDtype,
+    Target, Tensor,
+};
+use fp8_linear_tests::check::{compare, compare_rows, Tolerance};
+use fp8_linear_tests::gpu::{
+    block_reference_rows, build, check_rows, entry_runs_on, gpu_or_skip, pick_rows, run,
+};
+use fp8_linear_tests::layers::{
+    quantize_groups, random_activations, random_block_weight, reference_rows, HostLayer, WeightGen,
+};
 use fp8_linear_tests::skip::arch_skip;
 
 /// The GPU when it is a Hopper (sm_90, the kernel's arch); None after checking that
@@ -243,6 +252,82 @@ fn diagnose_small_m() {
         }
         if !pc.ok() {
             failures.push(format!("{shape}: PortableBlockFp8 {}", pc.summary()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every tile height, fixed by the build options (`tile_rows`) and chosen per call, with
+/// and without K splits, on ragged layers (M cuts the 256-row tile's waves and warpgroups:
+/// 65, 130, 200, 300 rows), every output dtype, bias, and 64x64 ue8m0 blocks: each result
+/// against the f64 reference, each call repeated and required bit-identical (the split
+/// counters reset themselves between calls).
+#[test]
+fn every_tile_height_matches_the_reference() {
+    let Some(gpu) = hopper("every_tile_height_matches_the_reference") else {
+        return;
+    };
+    let target = Target::from_gpu(gpu.clone());
+    let mut biased = LayerConfig::block_128(640, 1280, DType::F16, DType::F32);
+    biased.bias = true;
+    let layers = [
+        LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16),
+        biased,
+        LayerConfig::block_128(300, 700, DType::F32, DType::F16),
+        LayerConfig::block(
+            1000,
+            2000,
+            (64, 64),
+            ScaleDtype::Ue8m0,
+            DType::Bf16,
+            DType::Bf16,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for cfg in layers {
+        let layer = HostLayer::random(&cfg, WeightGen::Spread(3));
+        let ref_cfg = HopperBlockFp8::ENTRY.reference_config(&cfg);
+        let tol = Tolerance::for_kernel(&HopperBlockFp8::ENTRY, &cfg);
+        for rows in [None, Some(64), Some(128), Some(256)] {
+            for splits in [None, Some(1)] {
+                let options = KernelOptions {
+                    max_splits: splits,
+                    tile_rows: rows,
+                    ..KernelOptions::none()
+                };
+                let mut kernel: Box<dyn Fp8Kernel> =
+                    match HopperBlockFp8::ENTRY.build(&target.build_ctx(&cfg, &options)) {
+                        Ok(k) => k,
+                        Err(e) => panic!("build {rows:?}: {e}"),
+                    };
+                kernel
+                    .process_weights(&layer.weights())
+                    .unwrap_or_else(|e| panic!("process_weights: {e}"));
+                for m in [1, 65, 130, 200, 300] {
+                    let label = format!(
+                        "{}x{} {:?}->{:?}, tile_rows {rows:?}, max_splits {splits:?}, M={m}",
+                        cfg.n, cfg.k, cfg.input_dtype, cfg.output_dtype
+                    );
+                    let x = random_activations(m, cfg.k);
+                    let (got, exact) = run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap();
+                    let (again, _) = run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap();
+                    let ids = check_rows(m, cfg.n, cfg.k);
+                    let want = reference_rows(&ref_cfg, &layer, &exact, m, &ids).unwrap();
+                    let c = compare_rows(&pick_rows(&got, cfg.n, &ids), &want, cfg.n, &ids, tol);
+                    let differ = got
+                        .iter()
+                        .zip(&again)
+                        .filter(|(a, b)| a.to_bits() != b.to_bits())
+                        .count();
+                    eprintln!("{label}: {} (rerun: {differ} differ)", c.summary());
+                    if !c.ok() {
+                        failures.push(format!("{label}: {}", c.summary()));
+                    }
+                    if differ > 0 {
+                        failures.push(format!("{label}: a rerun differs in {differ} elements"));
+                    }
+                }
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

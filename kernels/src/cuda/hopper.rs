@@ -2,9 +2,10 @@
 //! shared-memory ring with mbarriers, a producer warpgroup with few registers (setmaxnreg),
 //! math warpgroups issuing wgmma m64n128k32 e4m3 from 128B-swizzled descriptors, per-block
 //! promotion into f32 with the 1xC activation and RxC weight scales (R 32, 64 or 128, C 32,
-//! 64 or 128; f32 or ue8m0), persistent tile
-//! scheduling, and split-K (each split stores its partial tile to an f32 workspace, an
-//! epilogue kernel sums them in order) when the tiles do not fill the GPU.
+//! 64 or 128; f32 or ue8m0), persistent tile scheduling over tiles of 64, 128 or 256 rows
+//! x 128 columns (the height chosen per call by [`plan_tile_rows`]), and split-K when the
+//! tiles do not fill the GPU: each split stores its partial tile to an f32 workspace and the
+//! last split of a tile to arrive sums them in split order, in the same launch.
 //! Source: `cu/hopper_gemm.cu`.
 
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use super::block::{
 };
 use super::dtype::float_index;
 use super::error::{be, be_at};
-use super::launch::{elementwise, grid, launch, per_float};
+use super::launch::{grid, launch, per_float};
 use super::layer::GpuLayer;
 use super::scratch::Scratch;
 
@@ -40,31 +41,49 @@ pub struct HopperBlockFp8 {
     layer: GpuLayer<State>,
     /// Upper bound on K splits (the build options' `max_splits`, default 16).
     max_splits: usize,
+    /// A fixed tile height (the build options' `tile_rows`); None chooses per call.
+    tile_rows: Option<usize>,
 }
 
-/// One tile height: BM rows per CTA (64 * math warpgroups), its pipeline depth and kernels.
+/// One tile height: BM rows per CTA, its pipeline depth and kernels.
 struct Variant {
     bm: usize,
+    /// Math warpgroups (the CTA has one more, the producer).
+    math_wgs: u32,
     smem: u32,
     gemm: [CudaFunction; 3],
 }
 
-/// BM 64 (one math warpgroup, 8 stages of 24 KiB) and BM 128 (two, 6 stages of 32 KiB);
-/// must match `HOPPER_KERNEL` in the source. 1 KiB covers the 1024-byte alignment.
-const VARIANTS: [(usize, u32, &str); 2] = [
-    (64, 1024 + 8 * (64 * 128 + 128 * 128) + 16 * 8, "bm64"),
-    (128, 1024 + 6 * (128 * 128 + 128 * 128) + 16 * 6, "bm128"),
+/// (BM, math warpgroups, dynamic shared memory, kernel tag): BM 64 (one math warpgroup, 8
+/// stages of 24 KiB), BM 128 (two, 6 stages of 32 KiB), BM 256 (two warpgroups of two
+/// 64-row waves each, 4 stages of 48 KiB; never split); must match `HOPPER_KERNEL` in the
+/// source. 1 KiB covers the 1024-byte alignment, 16 bytes per stage its two mbarriers.
+const VARIANTS: [(usize, u32, u32, &str); 3] = [
+    (64, 1, 1024 + 8 * (64 * 128 + 128 * 128) + 16 * 8, "bm64"),
+    (128, 2, 1024 + 6 * (128 * 128 + 128 * 128) + 16 * 6, "bm128"),
+    (256, 2, 1024 + 4 * (256 * 128 + 128 * 128) + 16 * 4, "bm256"),
 ];
+
+/// Whether the 256-row tile exists for weight blocks `block` (rows along N, columns along K):
+/// it holds twice the f32 totals, which leave room for the scales of at most two scale
+/// blocks per 128-long K tile (C >= 64; the source compiles it under the same rule).
+fn has_tall_tile(block: (usize, usize)) -> bool {
+    block.1 >= 64
+}
 
 struct State {
     /// Weights with row-major block scales, activations with M-fastest group scales.
     block: BlockLayer,
     /// Tensor map of the weight codes (box 128 x 128).
     tb: TensorMap,
-    variants: [Variant; 2],
-    finalize: [CudaFunction; 3],
+    /// BM 64, 128 and (where [`has_tall_tile`]) 256, in that order.
+    variants: Vec<Variant>,
     _module: Arc<CudaModule>,
+    /// Split-K partial sums, `splits * m * n` floats.
     ws: Scratch<f32>,
+    /// One zero-initialised 32-bit arrival counter per tile and math warpgroup of a split
+    /// call (the last split to arrive resets it, so it is zero between calls).
+    counters: Scratch<f32>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
 }
@@ -72,7 +91,20 @@ struct State {
 impl HopperBlockFp8 {
     /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
     /// `process_weights`).
+    /// A `tile_rows` option other than 64, 128 or 256 (256 needs weight blocks of at least 64
+    /// columns along K) is [`KernelError::Backend`] naming the heights it has.
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
+        let tile_rows = ctx.options().tile_rows.map(usize::from);
+        if let Some(r) = tile_rows {
+            let tall = has_tall_tile(weight_block(ctx.config()));
+            if !(r == 64 || r == 128 || (r == 256 && tall)) {
+                let heights = if tall { "64, 128 or 256" } else { "64 or 128" };
+                return Err(KernelError::backend(
+                    NAME,
+                    format!("tile_rows {r}: this layer's tiles are {heights} rows"),
+                ));
+            }
+        }
         Ok(HopperBlockFp8 {
             layer: GpuLayer::new(NAME, ctx)?,
             max_splits: ctx
@@ -80,7 +112,32 @@ impl HopperBlockFp8 {
                 .max_splits
                 .map_or(16, usize::from)
                 .clamp(1, 16),
+            tile_rows,
         })
+    }
+}
+
+/// Relative time of a 256-row tile against a 128-row one over the same K: twice the MMAs
+/// for 1.5 times the tile loads (the 128-column weight tile is read once for twice the
+/// rows). A prediction, to be refit on measurements: between 1.5 (bound by the L2-to-SM
+/// traffic, as the 128-row tile is at M = 4096) and 2 (bound by the tensor cores).
+const TALL_TILE_COST: f64 = 1.6;
+
+/// The tile height for `m` rows of an `n`-column output on `sms` SMs: 64 up to 64 rows,
+/// else 128, or 256 where `tall` (the layer has it) and its waves of work units cost less
+/// ([`TALL_TILE_COST`] per 256-row unit against 1 per 128-row unit).
+pub fn plan_tile_rows(m: usize, n: usize, sms: usize, tall: bool) -> usize {
+    if m <= 64 {
+        return 64;
+    }
+    if !tall {
+        return 128;
+    }
+    let waves = |bm: usize| (m.div_ceil(bm) * n.div_ceil(128)).div_ceil(sms.max(1)) as f64;
+    if waves(256) * TALL_TILE_COST < waves(128) {
+        256
+    } else {
+        128
     }
 }
 
@@ -89,9 +146,11 @@ impl HopperBlockFp8 {
 /// on an H200 (BENCHMARKS.md, "GPU: Hopper wgmma block-FP8 kernel", the columns with and
 /// without splits; it reproduces those times within about 10 %): per wave of CTAs, a K block
 /// takes 0.4 us or the time to stream the wave's 16 KiB weight tiles at 4.3 TB/s, whichever
-/// is longer, and a work unit adds 1.4 us (pipeline fill, promotion, epilogue); splitting
-/// adds 6 us (the epilogue kernel) plus writing and reading an f32 partial per split and
-/// output element at about 3 TB/s. No split when the tiles fill two waves.
+/// is longer, and a work unit adds 1.4 us (pipeline fill, promotion, epilogue). Splitting
+/// adds writing and reading an f32 partial per split and output element at about 3 TB/s,
+/// and 0.6 us per split after the first: the last split of a tile reads the others' partial
+/// tiles one after the other (a prediction for the in-kernel reduction, which replaced a
+/// 6 us epilogue kernel; to be refit). No split when the tiles fill two waves.
 pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -> (usize, usize) {
     let sms = sms.max(1);
     if tiles >= 2 * sms || kb <= 1 {
@@ -109,7 +168,7 @@ pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -
             left -= active;
         }
         if s_eff > 1 {
-            t += 6.0 + (s_eff * mn * 8) as f64 / 3e6;
+            t += 0.6 * (s_eff - 1) as f64 + (s_eff * mn * 8) as f64 / 3e6;
         }
         (t, s_eff, per)
     };
@@ -123,26 +182,33 @@ pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -
     (best.1, best.2)
 }
 
-/// The loaded module, its two tile variants and the split-K epilogues.
-type Loaded = (Arc<CudaModule>, [Variant; 2], [CudaFunction; 3]);
+/// The loaded module and its tile variants.
+type Loaded = (Arc<CudaModule>, Vec<Variant>);
 
 fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
     let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
     let (module, _) = gpu.module(&hopper_module(block)).map_err(be(NAME))?;
-    let variant = |(bm, smem, tag): (usize, u32, &str)| -> Result<Variant, KernelError> {
-        if smem > optin {
-            return Err(KernelError::backend(
-                NAME,
-                format!("needs {smem} B of shared memory per block, the device allows {optin}"),
-            ));
-        }
-        let gemm =
-            per_float(&module, &format!("hopper_gemm_{tag}"), Some(smem)).map_err(be(NAME))?;
-        Ok(Variant { bm, smem, gemm })
-    };
-    let variants = [variant(VARIANTS[0])?, variant(VARIANTS[1])?];
-    let finalize = per_float(&module, "hopper_finalize", None).map_err(be(NAME))?;
-    Ok((module, variants, finalize))
+    let count = if has_tall_tile(block) { 3 } else { 2 };
+    let variants = VARIANTS[..count]
+        .iter()
+        .map(|&(bm, math_wgs, smem, tag)| {
+            if smem > optin {
+                return Err(KernelError::backend(
+                    NAME,
+                    format!("needs {smem} B of shared memory per block, the device allows {optin}"),
+                ));
+            }
+            let gemm =
+                per_float(&module, &format!("hopper_gemm_{tag}"), Some(smem)).map_err(be(NAME))?;
+            Ok(Variant {
+                bm,
+                math_wgs,
+                smem,
+                gemm,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((module, variants))
 }
 
 impl HopperBlockFp8 {
@@ -174,7 +240,7 @@ impl Fp8Kernel for HopperBlockFp8 {
         let (gpu, config) = (&self.layer.gpu, &self.layer.config);
         let act = ActLayout::ColMajor { rows: 1 };
         let block = BlockLayer::load(NAME, gpu, config, weights, 16, row_major, act)?;
-        let (module, variants, finalize) = load(gpu, weight_block(config))?;
+        let (module, variants) = load(gpu, weight_block(config))?;
         let w = &block.w;
         let tb = TensorMap::e4m3_2d(w.codes.ptr(), config.n, w.ldk, w.ldk, 128, 128)
             .map_err(be(NAME))?;
@@ -182,20 +248,20 @@ impl Fp8Kernel for HopperBlockFp8 {
             block,
             tb,
             variants,
-            finalize,
             _module: module,
             ws: Scratch::default(),
+            counters: Scratch::default(),
             ta: None,
         });
         Ok(())
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let max_splits = self.max_splits;
+        let (max_splits, tile_rows) = (self.max_splits, self.tile_rows);
         let (c, gpu, st) = self.layer.processed(NAME)?;
         let io = st.block.check(NAME, c, gpu, input, output)?;
         let m = io.0;
-        let p = st.plan(c, gpu, max_splits, m);
+        let p = st.plan(c, gpu, (max_splits, tile_rows), m);
         if p.units > i32::MAX as usize {
             // The kernel numbers its work units with 32-bit integers.
             return Err(KernelError::shape(
@@ -205,7 +271,7 @@ impl Fp8Kernel for HopperBlockFp8 {
             ));
         }
         // Everything the call needs, before anything is enqueued.
-        let ws = st.reserve(c, gpu, &p, m)?;
+        let (ws, counters) = st.reserve(c, gpu, &p, m)?;
         let call = st.block.quantize(NAME, c, gpu, io)?;
         let (n, k) = (c.n, c.k);
         let ldk = st.block.w.ldk;
@@ -237,14 +303,16 @@ impl Fp8Kernel for HopperBlockFp8 {
             .arg(&bsptr)
             .arg(&out)
             .arg(&ws)
+            .arg(&counters)
             .arg(&bias);
         b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
-        let threads = 128 * (v.bm as u32 / 64 + 1);
+        let threads = 128 * (v.math_wgs + 1);
         let sms = gpu.device().sm_count.max(1) as usize;
         let cfg = grid((p.units.min(sms) as u32, 1, 1), threads, v.smem);
         // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A
         // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds
-        // ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws splits*m*n floats when split; the
+        // ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements; when split, ws
+        // splits*m*n floats and counters one zeroed word per tile and math warpgroup; the
         // kernel masks every store and TMA zero-fills out-of-bounds boxes.
         unsafe {
             launch(
@@ -254,27 +322,17 @@ impl Fp8Kernel for HopperBlockFp8 {
             )
         }
         .map_err(be(NAME))?;
-        if splits > 1 {
-            let mut f = s.launch_builder(&st.finalize[oi]);
-            f.arg(&ws)
-                .arg(&out)
-                .arg(&bias)
-                .arg(&mi)
-                .arg(&ni)
-                .arg(&splitsi);
-            // SAFETY: ws holds splits*m*n partial sums, out m*n elements, bias n floats.
-            unsafe { launch(f, elementwise(m * n), "hopper_finalize") }.map_err(be(NAME))?;
-        }
         Ok(())
     }
 
     fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        let max_splits = self.max_splits;
+        let knobs = (self.max_splits, self.tile_rows);
         let (c, gpu, st) = self.layer.processed(NAME)?;
         st.block.keep_retired();
         st.ws.keep_retired();
+        st.counters.keep_retired();
         for m in 1..=max_m {
-            let p = st.plan(c, gpu, max_splits, m);
+            let p = st.plan(c, gpu, knobs, m);
             st.reserve(c, gpu, &p, m)?;
         }
         Ok(())
@@ -290,14 +348,26 @@ struct Plan {
 }
 
 impl State {
-    /// The launch for `m` rows: BM 64 up to 64 rows, else 128; the K split of
-    /// [`plan_splits`].
-    fn plan(&self, c: &LayerConfig, gpu: &Gpu, max_splits: usize, m: usize) -> Plan {
-        let variant = if m <= 64 { 0 } else { 1 };
-        let tiles = m.div_ceil(self.variants[variant].bm) * c.n.div_ceil(128);
+    /// The launch for `m` rows: the tile height of [`plan_tile_rows`] (or the one fixed by
+    /// the options, `knobs` = (max splits, tile rows)); the K split of [`plan_splits`] (none
+    /// for 256-row tiles).
+    fn plan(&self, c: &LayerConfig, gpu: &Gpu, knobs: (usize, Option<usize>), m: usize) -> Plan {
+        let (max_splits, tile_rows) = knobs;
         let sms = gpu.device().sm_count.max(1) as usize;
-        let (splits, kb_per_split) =
-            plan_splits(tiles, c.k.div_ceil(128), sms, m * c.n, max_splits);
+        let tall = self.variants.len() > 2;
+        let bm = tile_rows.unwrap_or_else(|| plan_tile_rows(m, c.n, sms, tall));
+        let variant = self
+            .variants
+            .iter()
+            .position(|v| v.bm == bm)
+            .expect("tile heights are checked at build");
+        let tiles = m.div_ceil(bm) * c.n.div_ceil(128);
+        let kb = c.k.div_ceil(128);
+        let (splits, kb_per_split) = if bm == 256 {
+            (1, kb)
+        } else {
+            plan_splits(tiles, kb, sms, m * c.n, max_splits)
+        };
         Plan {
             variant,
             splits,
@@ -306,18 +376,19 @@ impl State {
         }
     }
 
-    /// Makes the scratch of a call of `m` rows ready (activation buffers, and the split-K
-    /// workspace when split); returns the workspace's address (0 without a split).
+    /// Makes the scratch of a call of `m` rows ready (activation buffers, and when split the
+    /// partial sums and the arrival counters); returns the addresses of the partials and the
+    /// counters (0 and 0 without a split).
     fn reserve(
         &mut self,
         c: &LayerConfig,
         gpu: &Arc<Gpu>,
         p: &Plan,
         m: usize,
-    ) -> Result<u64, KernelError> {
+    ) -> Result<(u64, u64), KernelError> {
         self.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
         if p.splits <= 1 {
-            return Ok(0);
+            return Ok((0, 0));
         }
         // Every split stores every valid element of its tiles: no clearing needed.
         let len = (m * c.n).checked_mul(p.splits).ok_or_else(|| {
@@ -326,7 +397,13 @@ impl State {
                 format!("split-K workspace of {} x {m} x {}", p.splits, c.n),
             )
         })?;
-        Ok(self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr())
+        let ws = self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr();
+        // Zeroed when allocated and reset by the kernel: a larger call's counters (more
+        // tiles) start zero too, whether or not the buffer grows.
+        let tiles = p.units / p.splits;
+        let words = tiles * self.variants[p.variant].math_wgs as usize;
+        let counters = self.counters.get(gpu, words).map_err(be_at(NAME, m))?.ptr();
+        Ok((ws, counters))
     }
 }
 
@@ -338,24 +415,72 @@ mod tests {
     fn splits_fill_the_gpu_without_overshooting() {
         // Many tiles: no split.
         assert_eq!(plan_splits(1792, 56, 132, 4096 * 7168, 16), (1, 56));
-        // M = 1, N = 4096 (32 tiles), 56 K blocks: one wave of at least 4 splits.
+        // M = 1, N = 4096 (32 tiles), 56 K blocks: one wave of at least 3 splits.
         let (s, per) = plan_splits(32, 56, 132, 4096, 16);
-        assert!(s * 32 <= 132 && s >= 4, "{s}");
+        assert!(s * 32 <= 132 && s >= 3, "{s}");
         assert!(per * s >= 56 && per * (s - 1) < 56);
         // The cap holds; never more splits than K blocks.
         assert_eq!(plan_splits(32, 56, 132, 4096, 1), (1, 56));
         assert_eq!(plan_splits(1, 1, 132, 1, 16), (1, 1));
         let (s, per) = plan_splits(3, 5, 132, 300, 16);
         assert!(s <= 5 && per * s >= 5);
-        // Choices the H200 measurements back: a short K (16 blocks) over 56 tiles is not
-        // split at M = 1 (splitting measured 1.7x slower); a long K over 32 or 144 tiles is.
-        assert_eq!(plan_splits(56, 16, 132, 7168, 16).0, 1);
+        // A short K (16 blocks) over 56 tiles splits little at M = 1 (16 splits with the
+        // epilogue kernel measured 1.7x slower on the H200); a long K over 32 or 144 tiles
+        // splits more.
+        assert!(plan_splits(56, 16, 132, 7168, 16).0 <= 2);
         assert!(plan_splits(32, 56, 132, 4096, 16).0 >= 3);
         assert!(plan_splits(144, 56, 132, 18432, 16).0 > 1);
         // Large outputs split less: the partials cost more than the waves they save.
         let (s_small, _) = plan_splits(68, 56, 132, 64 * 2112, 16);
         let (s_large, _) = plan_splits(68, 56, 132, 4096 * 2112, 16);
         assert!(s_large <= s_small, "{s_large} > {s_small}");
+    }
+
+    #[test]
+    fn tile_heights_follow_the_waves() {
+        // Up to 64 rows: one math warpgroup. Without the tall variant: 128.
+        assert_eq!(plan_tile_rows(1, 4096, 132, true), 64);
+        assert_eq!(plan_tile_rows(64, 4096, 132, true), 64);
+        assert_eq!(plan_tile_rows(4096, 4096, 132, false), 128);
+        // M = 4096, N = 4096: 1024 units of 128 rows are 8 waves, 512 of 256 rows 4 (6.4).
+        assert_eq!(plan_tile_rows(4096, 4096, 132, true), 256);
+        // M = 512, N = 4096: 128 units fill one wave; 256-row tiles would take 1.6x longer.
+        assert_eq!(plan_tile_rows(512, 4096, 132, true), 128);
+        // M = 512, N = 24576: 768 units (6 waves) against 384 (3 waves, 4.8).
+        assert_eq!(plan_tile_rows(512, 24576, 132, true), 256);
+        assert_eq!(plan_tile_rows(65, 128, 132, true), 128);
+    }
+
+    #[test]
+    fn tile_rows_option_is_checked_at_build() {
+        use fp8_linear_core::{DType, Device, KernelOptions};
+        let device = Device::profile("h200").unwrap();
+        let build = |cfg: &LayerConfig, rows: u16| {
+            let options = KernelOptions::none().tile_rows(rows);
+            HopperBlockFp8::new(&BuildCtx::new(cfg, &device, &options)).err()
+        };
+        let c = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
+        let e = build(&c, 96).expect("96 rows refused").to_string();
+        assert!(
+            e.contains("tile_rows 96") && e.contains("64, 128 or 256"),
+            "{e}"
+        );
+        // 32-column weight blocks have no 256-row tile.
+        let narrow = LayerConfig::block(
+            4096,
+            7168,
+            (128, 32),
+            fp8_linear_core::ScaleDtype::F32,
+            DType::Bf16,
+            DType::Bf16,
+        );
+        let e = build(&narrow, 256).expect("256 rows refused").to_string();
+        assert!(e.contains("64 or 128"), "{e}");
+        // Heights it has pass the check (and then stop at the profile device, no GPU).
+        for rows in [64, 128, 256] {
+            let e = build(&c, rows).map(|e| e.to_string()).unwrap_or_default();
+            assert!(!e.contains("tile_rows"), "{rows}: {e}");
+        }
     }
 
     #[test]

@@ -13,9 +13,10 @@
 // B: [N, ldk] e4m3 codes through tensor map `tb` (box 128 x 128). TMA zero-fills rows past
 // M / N and columns past ldk, so partial tiles need no masking on the load side.
 // As: [Kbs, M] f32 (M fastest), Bs: [ceil(N/SBN), Kbs] f32, Kbs = ceil(K / SBK). Stores
-// are masked. With more than
-// one K split, split s stores its partial sums to ws[s][M][N] (plain stores, every valid
-// element of its tile) and `hopper_finalize_*` sums the splits in order (deterministic).
+// are masked. With more than one K split, split s stores its partial sums to ws[s][M][N]
+// (every valid element of its tile), and the last split of the tile to arrive (an atomic
+// counter per tile and math warpgroup, zero between calls: that split resets it) adds the
+// splits in order (deterministic) and writes the output.
 
 #define BN 128
 #define BK 128
@@ -145,15 +146,71 @@ __device__ __forceinline__ void tile_scales(const float* __restrict__ As,
     }
 }
 
-template <int NWG, int STAGES, int OUT>
+// A thread's 64 tile values (accumulator i at row r0 (i % 4 < 2) or r1, column c0 + 8 (i / 4)
+// + (i % 2)) stored to / added from the f32 [M, N] matrix `p`, rows and columns past M, N
+// skipped; `pairs`: two adjacent values move as one 8-byte access (N even).
+__device__ __forceinline__ void store_tile(float* __restrict__ p, const float (&v)[64], int r0,
+                                           int r1, int c0, int M, int N, bool pairs) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int c = c0 + 8 * j;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = h ? r1 : r0;
+            if (c >= N || r >= M) continue;
+            float* q = p + (long long)r * N + c;
+            const float a = v[4 * j + 2 * h], b = v[4 * j + 2 * h + 1];
+            if (pairs) {
+                __stcg(reinterpret_cast<float2*>(q), make_float2(a, b));
+            } else {
+                __stcg(q, a);
+                if (c + 1 < N) __stcg(q + 1, b);
+            }
+        }
+    }
+}
+__device__ __forceinline__ void add_tile(float (&v)[64], const float* __restrict__ p, int r0,
+                                         int r1, int c0, int M, int N, bool pairs) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int c = c0 + 8 * j;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = h ? r1 : r0;
+            if (c >= N || r >= M) continue;
+            const float* q = p + (long long)r * N + c;
+            if (pairs) {
+                const float2 x = __ldcg(reinterpret_cast<const float2*>(q));
+                v[4 * j + 2 * h] += x.x;
+                v[4 * j + 2 * h + 1] += x.y;
+            } else {
+                v[4 * j + 2 * h] += __ldcg(q);
+                if (c + 1 < N) v[4 * j + 2 * h + 1] += __ldcg(q + 1);
+            }
+        }
+    }
+}
+
+// Named barrier `id` (1 + math warpgroup) over the 128 threads of one warpgroup.
+__device__ __forceinline__ void wg_bar(int id) {
+    asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+
+// NWG math warpgroups, each running WAVES 64-row slabs of the BM = 64 * NWG * WAVES row
+// tile: warpgroup g, wave w owns rows 64 * (NWG * w + g) .. +64. A wave's fresh accumulators
+// are promoted into its own f32 totals (tot[w]), so registers grow with WAVES while the
+// shared B tile (and its L2 traffic) is amortised over more rows.
+template <int NWG, int WAVES, int STAGES, int OUT>
 __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb,
                                             const float* __restrict__ As,
                                             const float* __restrict__ Bs, void* __restrict__ out,
-                                            float* __restrict__ ws, const float* __restrict__ bias,
-                                            int M, int N, int K, int kbps, int splits) {
-    constexpr int BM = 64 * NWG;
+                                            float* __restrict__ ws, u32* __restrict__ counters,
+                                            const float* __restrict__ bias, int M, int N, int K,
+                                            int kbps, int splits) {
+    constexpr int BM = 64 * NWG * WAVES;
     constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
     extern __shared__ u8 smem_raw[];
+    __shared__ int last_split[NWG];
     const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const u32 sa = base, sb = base + STAGES * A_BYTES;
     const u32 bars = sb + STAGES * B_BYTES;  // full[STAGES], then empty[STAGES]
@@ -194,141 +251,182 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
         return;
     }
 
-    // Math warpgroups: each owns 64 rows of the BM-row tile.
+    // Math warpgroups.
     if constexpr (NWG == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int mw = wg - 1;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    const int row_in = mw * 64 + warp * 16 + lane / 4;
+    const int row_in = mw * 64 + warp * 16 + lane / 4;  // in wave 0; wave w adds 64 NWG w
     const int col_in = (lane % 4) * 2;
     const bool split = splits > 1;
-    float acc[64], tot[64];
+    float acc[64], tot[WAVES][64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
     u32 it = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const Unit w = unit_of(u, num_m, splits, kbps, Kb, BM);
-        const bool active = w.m0 + mw * 64 < M;  // rows of this warpgroup exist
-        const int r0 = w.m0 + row_in, r1 = r0 + 8;
+        // Slabs of this warpgroup whose rows exist: uniform over the warpgroup, and the
+        // same for every split of the tile.
+        int live = 0;
 #pragma unroll
-        for (int i = 0; i < 64; ++i) tot[i] = 0.f;
+        for (int v = 0; v < WAVES; ++v) live += w.m0 + 64 * (NWG * v + mw) < M;
+        int r0[WAVES], r1[WAVES];
+#pragma unroll
+        for (int v = 0; v < WAVES; ++v) {
+            r0[v] = w.m0 + 64 * NWG * v + row_in;
+            r1[v] = r0[v] + 8;
+        }
+#pragma unroll
+        for (int v = 0; v < WAVES; ++v)
+#pragma unroll
+            for (int i = 0; i < 64; ++i) tot[v][i] = 0.f;
         const int brow0 = w.nb * NSB;
         // Scales are loaded one K tile ahead, so their latency hides behind a whole tile.
-        float na0[SUBS], na1[SUBS], nbv[SUBS][NSB];
-        tile_scales(As, Bs, w.kb0, Kbs, M, r0, r1, brow0, nbs, na0, na1, nbv);
+        float na0[WAVES][SUBS], na1[WAVES][SUBS], nbv[SUBS][NSB];
+#pragma unroll
+        for (int v = 0; v < WAVES; ++v)
+            tile_scales(As, Bs, w.kb0, Kbs, M, r0[v], r1[v], brow0, nbs, na0[v], na1[v], nbv);
         for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
             const u32 s = it % STAGES, ph = (it / STAGES) & 1;
-            float a0[SUBS], a1[SUBS], bv[SUBS][NSB];
+            float a0[WAVES][SUBS], a1[WAVES][SUBS], bv[SUBS][NSB];
 #pragma unroll
             for (int sub = 0; sub < SUBS; ++sub) {
-                a0[sub] = na0[sub];
-                a1[sub] = na1[sub];
+#pragma unroll
+                for (int v = 0; v < WAVES; ++v) {
+                    a0[v][sub] = na0[v][sub];
+                    a1[v][sub] = na1[v][sub];
+                }
 #pragma unroll
                 for (int q = 0; q < NSB; ++q) bv[sub][q] = nbv[sub][q];
             }
-            if (kb + 1 < w.kb1)
-                tile_scales(As, Bs, kb + 1, Kbs, M, r0, r1, brow0, nbs, na0, na1, nbv);
+            if (kb + 1 < w.kb1) {
+#pragma unroll
+                for (int v = 0; v < WAVES; ++v)
+                    tile_scales(As, Bs, kb + 1, Kbs, M, r0[v], r1[v], brow0, nbs, na0[v],
+                                na1[v], nbv);
+            }
             mbar_wait(bars + 8 * s, ph);
-            const u64 da = wgmma_desc(sa + s * A_BYTES + mw * 64 * BK);
             const u64 db = wgmma_desc(sb + s * B_BYTES);
 #pragma unroll
-            for (int sub = 0; sub < SUBS; ++sub) {
-                if (active) {
-                    wgmma_fence();
+            for (int v = 0; v < WAVES; ++v) {
+                const u64 da = wgmma_desc(sa + s * A_BYTES + 64 * (NWG * v + mw) * BK);
 #pragma unroll
-                    for (int j = 0; j < SBK / 32; ++j) {
-                        const int kk = sub * (SBK / 32) + j;
-                        wgmma_m64n128k32(acc, da + 2 * kk, db + 2 * kk, j);
+                for (int sub = 0; sub < SUBS; ++sub) {
+                    if (v < live) {
+                        wgmma_fence();
+#pragma unroll
+                        for (int j = 0; j < SBK / 32; ++j) {
+                            const int kk = sub * (SBK / 32) + j;
+                            wgmma_m64n128k32(acc, da + 2 * kk, db + 2 * kk, j);
+                        }
+                        wgmma_commit();
+                        wgmma_wait0();
                     }
-                    wgmma_commit();
-                    wgmma_wait0();
-                }
-                if (sub == SUBS - 1) {
-                    // The stage's last MMAs are done: hand it back to the producer.
-                    __syncwarp();
-                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
-                }
-                if (active) {
-                    float f0[NSB], f1[NSB];
-#pragma unroll
-                    for (int q = 0; q < NSB; ++q) {
-                        f0[q] = a0[sub] * bv[sub][q];
-                        f1[q] = a1[sub] * bv[sub][q];
+                    if (v == WAVES - 1 && sub == SUBS - 1) {
+                        // The stage's last MMAs are done: hand it back to the producer.
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
                     }
-                    // Accumulator i sits in column 8 * (i / 4) + col_in + (i % 2) of the
-                    // tile: scale row 8 * (i / 4) / SBN.
+                    if (v < live) {
+                        float f0[NSB], f1[NSB];
 #pragma unroll
-                    for (int i = 0; i < 64; ++i) {
-                        const int q = (8 * (i / 4)) / SBN;
-                        tot[i] += acc[i] * ((i & 2) ? f1[q] : f0[q]);
+                        for (int q = 0; q < NSB; ++q) {
+                            f0[q] = a0[v][sub] * bv[sub][q];
+                            f1[q] = a1[v][sub] * bv[sub][q];
+                        }
+                        // Accumulator i sits in column 8 * (i / 4) + col_in + (i % 2) of the
+                        // tile: scale row 8 * (i / 4) / SBN.
+#pragma unroll
+                        for (int i = 0; i < 64; ++i) {
+                            const int q = (8 * (i / 4)) / SBN;
+                            tot[v][i] += acc[i] * ((i & 2) ? f1[q] : f0[q]);
+                        }
                     }
                 }
             }
         }
-        if (!active) continue;
-        // Epilogue: accumulator i sits at row r0 (i % 4 < 2) or r1, column 8 * (i / 4) + col_in
-        // + (i % 2).
-        float* wsp = split ? ws + (long long)w.sp * M * N : ws;
+        if (live == 0) continue;
+        // Epilogue: accumulator i of wave v sits at row r0[v] (i % 4 < 2) or r1[v], column
+        // 8 * (i / 4) + col_in + (i % 2).
+        // (Two-wave tiles are never split: the host plans them with one split, and the
+        // reduction's registers would spill.)
+        if (WAVES == 1 && split) {
+            // Store this split's partial sums; the last split of the tile to arrive (an
+            // atomic counter per tile and warpgroup) adds them all in split order.
+            const bool pairs = (N & 1) == 0;
+            store_tile(ws + (long long)w.sp * M * N, tot[0], r0[0], r1[0], w.nb * BN + col_in, M,
+                       N, pairs);
+            // One thread publishes the warpgroup's stores (ordered before it by the barrier;
+            // the fence is cumulative) and, in the last split, acquires the others'.
+            u32* counter = counters + (long long)(u / splits) * NWG + mw;
+            wg_bar(1 + mw);
+            if (threadIdx.x % 128 == 0) {
+                __threadfence();
+                const int last = atomicAdd(counter, 1u) == (u32)(splits - 1);
+                if (last) __threadfence();
+                last_split[mw] = last;
+            }
+            wg_bar(1 + mw);
+            if (!last_split[mw]) continue;
+            // The sum, split by split into the (now free) MMA accumulators: each split's
+            // 64 loads per thread are independent, so they are in flight together.
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            const int c = w.nb * BN + j * 8 + col_in;
-            if (c >= N) continue;
-            const bool both = c + 1 < N;
+            for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+            for (int p = 0; p < splits; ++p) {
+                if (p == w.sp) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = h ? r1 : r0;
-                if (r >= M) continue;
-                float v0 = tot[4 * j + 2 * h], v1 = tot[4 * j + 2 * h + 1];
-                const long long idx = (long long)r * N + c;
-                if (split) {
-                    store2<0>(wsp, idx, v0, v1, both, (N & 1) == 0);
+                    for (int i = 0; i < 64; ++i) acc[i] += tot[0][i];
                 } else {
-                    if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
-                    store2<OUT>(out, idx, v0, v1, both, (N & 1) == 0);
+                    add_tile(acc, ws + (long long)p * M * N, r0[0], r1[0], w.nb * BN + col_in,
+                             M, N, pairs);
                 }
             }
+            // (The next K tile's first MMA overwrites acc: no clearing.)
+#pragma unroll
+            for (int i = 0; i < 64; ++i) tot[0][i] = acc[i];
+            if (threadIdx.x % 128 == 0) *counter = 0;  // ready for the next call
         }
+#pragma unroll
+        for (int v = 0; v < WAVES; ++v)
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const int c = w.nb * BN + j * 8 + col_in;
+                if (c >= N) continue;
+                const bool both = c + 1 < N;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = h ? r1[v] : r0[v];
+                    if (r >= M) continue;
+                    float v0 = tot[v][4 * j + 2 * h], v1 = tot[v][4 * j + 2 * h + 1];
+                    if (bias != 0) {
+                        v0 += bias[c];
+                        if (both) v1 += bias[c + 1];
+                    }
+                    store2<OUT>(out, (long long)r * N + c, v0, v1, both, (N & 1) == 0);
+                }
+            }
     }
 }
 
-#define HOPPER_KERNEL(NAME, NWG, STAGES, OUT)                                                    \
+#define HOPPER_KERNEL(NAME, NWG, WAVES, STAGES, OUT)                                             \
     extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                             \
         NAME(const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb,             \
-             const float* As, const float* Bs, void* out, float* ws, const float* bias, int M,   \
-             int N, int K, int kbps, int splits) {                                               \
-        hopper_gemm<NWG, STAGES, OUT>(&ta, &tb, As, Bs, out, ws, bias, M, N, K, kbps, splits);   \
+             const float* As, const float* Bs, void* out, float* ws, u32* counters,              \
+             const float* bias, int M, int N, int K, int kbps, int splits) {                     \
+        hopper_gemm<NWG, WAVES, STAGES, OUT>(&ta, &tb, As, Bs, out, ws, counters, bias, M, N, K, \
+                                             kbps, splits);                                      \
     }
 
-// BM = 64: one math warpgroup, 24 KiB stages; BM = 128: two, 32 KiB stages.
-HOPPER_KERNEL(hopper_gemm_bm64_f32, 1, 8, 0)
-HOPPER_KERNEL(hopper_gemm_bm64_f16, 1, 8, 1)
-HOPPER_KERNEL(hopper_gemm_bm64_bf16, 1, 8, 2)
-HOPPER_KERNEL(hopper_gemm_bm128_f32, 2, 6, 0)
-HOPPER_KERNEL(hopper_gemm_bm128_f16, 2, 6, 1)
-HOPPER_KERNEL(hopper_gemm_bm128_bf16, 2, 6, 2)
-
-// Split-K epilogue: out = sum over splits of ws[s] (+ bias), converted to the output dtype.
-template <int OUT>
-__device__ void hopper_finalize(const float* __restrict__ ws, void* __restrict__ out,
-                                const float* __restrict__ bias, int M, int N, int splits) {
-    const long long total = (long long)M * N;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        float v = 0.f;
-        for (int s = 0; s < splits; ++s) v += ws[s * total + i];
-        if (bias != 0) v += bias[i % N];
-        if (OUT == 0) ((float*)out)[i] = v;
-        else ((u16*)out)[i] = OUT == 1 ? f32_to_f16(v) : f32_to_bf16(v);
-    }
-}
-extern "C" __global__ void hopper_finalize_f32(const float* ws, void* out, const float* bias, int M,
-                                              int N, int splits) {
-    hopper_finalize<0>(ws, out, bias, M, N, splits);
-}
-extern "C" __global__ void hopper_finalize_f16(const float* ws, void* out, const float* bias, int M,
-                                              int N, int splits) {
-    hopper_finalize<1>(ws, out, bias, M, N, splits);
-}
-extern "C" __global__ void hopper_finalize_bf16(const float* ws, void* out, const float* bias, int M,
-                                              int N, int splits) {
-    hopper_finalize<2>(ws, out, bias, M, N, splits);
-}
+// BM = 64: one math warpgroup, 24 KiB stages; BM = 128: two, 32 KiB stages; BM = 256: two
+// warpgroups of two waves each, 48 KiB stages, only where a K tile holds at most two scale
+// blocks (SBK >= 64): with more, their scales no longer fit in registers beside the totals.
+HOPPER_KERNEL(hopper_gemm_bm64_f32, 1, 1, 8, 0)
+HOPPER_KERNEL(hopper_gemm_bm64_f16, 1, 1, 8, 1)
+HOPPER_KERNEL(hopper_gemm_bm64_bf16, 1, 1, 8, 2)
+HOPPER_KERNEL(hopper_gemm_bm128_f32, 2, 1, 6, 0)
+HOPPER_KERNEL(hopper_gemm_bm128_f16, 2, 1, 6, 1)
+HOPPER_KERNEL(hopper_gemm_bm128_bf16, 2, 1, 6, 2)
+#if SBK >= 64
+HOPPER_KERNEL(hopper_gemm_bm256_f32, 2, 2, 4, 0)
+HOPPER_KERNEL(hopper_gemm_bm256_f16, 2, 2, 4, 1)
+HOPPER_KERNEL(hopper_gemm_bm256_bf16, 2, 2, 4, 2)
+#endif
