@@ -10,7 +10,7 @@ pub const ENV_MAX_SPLITS: &str = "FP8_LINEAR_MAX_SPLITS";
 /// (`sm80`: run the code an A100 runs on a newer GPU), for kernels that can.
 pub const ENV_COMPILE_FOR: &str = "FP8_LINEAR_COMPILE_FOR";
 /// Environment variable fixing the row height of the output tiles, for kernels that choose
-/// one per call (the Hopper kernel: 64, 128 or 256).
+/// one per call (the Hopper kernel: 64, 128, 192 or 256).
 pub const ENV_TILE_ROWS: &str = "FP8_LINEAR_TILE_ROWS";
 
 /// Tuning knobs kernels read from their build context. `Default` is every kernel's own
@@ -23,7 +23,7 @@ pub struct KernelOptions {
     /// support it: Marlin); None compiles for the device.
     pub compile_for: Option<Capability>,
     /// Row height of the output tiles for kernels that choose one per call (the Hopper
-    /// kernel: 64, 128 or 256); None lets the kernel choose by M. A kernel that cannot use
+    /// kernel: 64, 128, 192 or 256); None lets the kernel choose by M. A kernel that cannot use
     /// the height refuses to build, naming the heights it has.
     pub tile_rows: Option<u16>,
 }
@@ -78,7 +78,7 @@ impl KernelOptions {
                     return Err(OptionsError {
                         var: ENV_TILE_ROWS,
                         value: v,
-                        expected: "a positive integer (the Hopper kernel has 64, 128 and 256)",
+                        expected: "a positive integer (the Hopper kernel has 64, 128, 192 and 256)",
                     })
                 }
             });

@@ -4,9 +4,8 @@
 //! quantization included), median of the samples. Before every timed call a kernel reads a
 //! 256 MiB buffer: it evicts L2 without leaving dirty lines, and keeps the GPU busy while
 //! `apply` is enqueued, so the events time device work alone. "Hopper-s1" is the same kernel
-//! with K splitting off (`KernelOptions::max_splits(1)`); "Hopper-128" and "Hopper-256" fix
-//! its tile height (`KernelOptions::tile_rows`, run from M = 128, where the kernel chooses
-//! between them). Also checks the Hopper output against
+//! with K splitting off (`KernelOptions::max_splits(1)`); "Hopper-128", "-192" and "-256"
+//! fix its tile height (`KernelOptions::tile_rows`; run from M = 128). Also checks the Hopper output against
 //! cuBLASLt's on every point (relative Frobenius difference). Prints "skipped" and exits 0
 //! without an sm_90 GPU; a compact summary table comes last.
 //!
@@ -38,11 +37,12 @@ const SHAPES: [(usize, usize); 6] = [
 ];
 /// (label, kernel, the build options' `max_splits` and `tile_rows`)
 type Bench = (&'static str, &'static KernelEntry, Option<u16>, Option<u16>);
-const KERNELS: [Bench; 5] = [
+const KERNELS: [Bench; 6] = [
     ("LtBlk", &CublasLtBlockFp8::ENTRY, None, None),
     ("Hopper", &HopperBlockFp8::ENTRY, None, None),
     ("Hopper-s1", &HopperBlockFp8::ENTRY, Some(1), None),
     ("Hopper-128", &HopperBlockFp8::ENTRY, None, Some(128)),
+    ("Hopper-192", &HopperBlockFp8::ENTRY, None, Some(192)),
     ("Hopper-256", &HopperBlockFp8::ENTRY, None, Some(256)),
 ];
 const WARMUP: usize = 3;
@@ -173,9 +173,9 @@ fn main() {
          read at 4.3 TB/s over Hopper's time; diff = ||hopper - lt|| / ||lt||"
     );
     println!(
-        "{:>5} {:>11} | {:>7} | {:>7} {:>6} | {:>9} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>6} | {:>7}",
-        "M", "NxK", "LtBlk", "Hopper", "x", "Hopper-s1", "x", "Hopper-128", "x", "Hopper-256",
-        "x", "floor%", "diff"
+        "{:>5} {:>11} | {:>7} | {:>7} {:>6} | {:>9} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>6} | {:>7}",
+        "M", "NxK", "LtBlk", "Hopper", "x", "Hopper-s1", "x", "Hopper-128", "x", "Hopper-192",
+        "x", "Hopper-256", "x", "floor%", "diff"
     );
     for &(n, k) in shapes {
         for m in MS {
@@ -196,12 +196,13 @@ fn main() {
                 .map(|t| format!("{:>5.0}%", 100.0 * floor_us / t))
                 .unwrap_or_else(|| format!("{:>6}", "-"));
             println!(
-                "{m:>5} {:>11} | {:>7} | {} | {} | {} | {} | {floor} | {:>7}",
+                "{m:>5} {:>11} | {:>7} | {} | {} | {} | {} | {} | {floor} | {:>7}",
                 format!("{n}x{k}"),
                 lt.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into()),
                 cell("Hopper", 7),
                 cell("Hopper-s1", 9),
                 cell("Hopper-128", 10),
+                cell("Hopper-192", 10),
                 cell("Hopper-256", 10),
                 diff.get(&(n, k, m))
                     .map(|d| format!("{d:.1e}"))

@@ -4,7 +4,7 @@
 //! never off sm_90), one kernel object reused while M changes (tensor maps rebuilt and
 //! reused, scratch growth), and small-M diagnostics (bit-identical reruns, the portable
 //! kernel on the same data, the GPU quantization against the oracle, the worst elements),
-//! each asserted; and every tile height (64, 128, 256 rows, fixed through the build
+//! each asserted; and every tile height (64, 128, 192, 256 rows, fixed through the build
 //! options, and the per-call choice) against the f64 reference on ragged layers, split and
 //! unsplit, each call repeated bit-identical. Skips without a GPU unless FP8_REQUIRE_CUDA=1; on a GPU that is not
 //! sm_90 it checks that selection never picks the kernel, then skips visibly (a failure
@@ -258,8 +258,8 @@ fn diagnose_small_m() {
 }
 
 /// Every tile height, fixed by the build options (`tile_rows`) and chosen per call, with
-/// and without K splits, on ragged layers (M cuts the 256-row tile's waves and warpgroups:
-/// 65, 130, 200, 300 rows), every output dtype, bias, and 64x64 ue8m0 blocks: each result
+/// and without K splits, on ragged layers (M cuts the tall tiles' waves and warpgroups:
+/// 65, 200, 300 rows), every output dtype, bias, and 64x64 ue8m0 blocks: each result
 /// against the f64 reference, each call repeated and required bit-identical (the split
 /// counters reset themselves between calls).
 #[test]
@@ -267,11 +267,11 @@ fn every_tile_height_matches_the_reference() {
     let Some(gpu) = hopper("every_tile_height_matches_the_reference") else {
         return;
     };
-    let target = Target::from_gpu(gpu.clone());
     let mut biased = LayerConfig::block_128(640, 1280, DType::F16, DType::F32);
     biased.bias = true;
+    // (N not a multiple of 16, K not of 128; small enough that the f64 reference is quick.)
     let layers = [
-        LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16),
+        LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16),
         biased,
         LayerConfig::block_128(300, 700, DType::F32, DType::F16),
         LayerConfig::block(
@@ -283,34 +283,64 @@ fn every_tile_height_matches_the_reference() {
             DType::Bf16,
         ),
     ];
+    let heights = [None, Some(64), Some(128), Some(192), Some(256)];
+    check_tile_heights(&gpu, &layers, &heights, &[1, 65, 200, 300]);
+}
+
+/// The tall tiles alone (192 and 256 rows), on one ragged layer: the small case the race
+/// and sync checkers run.
+#[test]
+fn tall_tiles_match_the_reference() {
+    let Some(gpu) = hopper("tall_tiles_match_the_reference") else {
+        return;
+    };
+    let layers = [LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16)];
+    check_tile_heights(&gpu, &layers, &[Some(192), Some(256)], &[65, 300]);
+}
+
+/// Each layer x tile height (None: chosen per call) x K split cap (none, 1; tiles of more
+/// than 128 rows never split) x M: the result against the f64 reference, and a rerun
+/// bit-identical.
+fn check_tile_heights(
+    gpu: &std::sync::Arc<fp8_linear::cuda::runtime::Gpu>,
+    layers: &[LayerConfig],
+    heights: &[Option<u16>],
+    ms: &[usize],
+) {
+    let target = Target::from_gpu(gpu.clone());
     let mut failures = Vec::new();
     for cfg in layers {
-        let layer = HostLayer::random(&cfg, WeightGen::Spread(3));
-        let ref_cfg = HopperBlockFp8::ENTRY.reference_config(&cfg);
-        let tol = Tolerance::for_kernel(&HopperBlockFp8::ENTRY, &cfg);
-        for rows in [None, Some(64), Some(128), Some(256)] {
-            for splits in [None, Some(1)] {
+        let layer = HostLayer::random(cfg, WeightGen::Spread(3));
+        let ref_cfg = HopperBlockFp8::ENTRY.reference_config(cfg);
+        let tol = Tolerance::for_kernel(&HopperBlockFp8::ENTRY, cfg);
+        for &rows in heights {
+            let caps: &[Option<u16>] = if rows > Some(128) {
+                &[None]
+            } else {
+                &[None, Some(1)]
+            };
+            for &splits in caps {
                 let options = KernelOptions {
                     max_splits: splits,
                     tile_rows: rows,
                     ..KernelOptions::none()
                 };
                 let mut kernel: Box<dyn Fp8Kernel> =
-                    match HopperBlockFp8::ENTRY.build(&target.build_ctx(&cfg, &options)) {
+                    match HopperBlockFp8::ENTRY.build(&target.build_ctx(cfg, &options)) {
                         Ok(k) => k,
                         Err(e) => panic!("build {rows:?}: {e}"),
                     };
                 kernel
                     .process_weights(&layer.weights())
                     .unwrap_or_else(|e| panic!("process_weights: {e}"));
-                for m in [1, 65, 130, 200, 300] {
+                for &m in ms {
                     let label = format!(
                         "{}x{} {:?}->{:?}, tile_rows {rows:?}, max_splits {splits:?}, M={m}",
                         cfg.n, cfg.k, cfg.input_dtype, cfg.output_dtype
                     );
                     let x = random_activations(m, cfg.k);
-                    let (got, exact) = run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap();
-                    let (again, _) = run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap();
+                    let (got, exact) = run(gpu, kernel.as_mut(), cfg, &x, m).unwrap();
+                    let (again, _) = run(gpu, kernel.as_mut(), cfg, &x, m).unwrap();
                     let ids = check_rows(m, cfg.n, cfg.k);
                     let want = reference_rows(&ref_cfg, &layer, &exact, m, &ids).unwrap();
                     let c = compare_rows(&pick_rows(&got, cfg.n, &ids), &want, cfg.n, &ids, tol);

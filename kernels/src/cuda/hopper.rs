@@ -55,18 +55,20 @@ struct Variant {
 }
 
 /// (BM, math warpgroups, dynamic shared memory, kernel tag): BM 64 (one math warpgroup, 8
-/// stages of 24 KiB), BM 128 (two, 6 stages of 32 KiB), BM 256 (two warpgroups of two
-/// 64-row waves each, 4 stages of 48 KiB; never split); must match `HOPPER_KERNEL` in the
-/// source. 1 KiB covers the 1024-byte alignment, 16 bytes per stage its two mbarriers.
-const VARIANTS: [(usize, u32, u32, &str); 3] = [
+/// stages of 24 KiB), BM 128 (two, 6 stages of 32 KiB), BM 192 (three, 5 stages of 40 KiB,
+/// 160 registers per math thread; never split), BM 256 (two warpgroups of two 64-row waves
+/// each, 4 stages of 48 KiB; never split); must match `HOPPER_KERNEL` in the source. 1 KiB
+/// covers the 1024-byte alignment, 16 bytes per stage its two mbarriers.
+const VARIANTS: [(usize, u32, u32, &str); 4] = [
     (64, 1, 1024 + 8 * (64 * 128 + 128 * 128) + 16 * 8, "bm64"),
     (128, 2, 1024 + 6 * (128 * 128 + 128 * 128) + 16 * 6, "bm128"),
+    (192, 3, 1024 + 5 * (192 * 128 + 128 * 128) + 16 * 5, "bm192"),
     (256, 2, 1024 + 4 * (256 * 128 + 128 * 128) + 16 * 4, "bm256"),
 ];
 
-/// Whether the 256-row tile exists for weight blocks `block` (rows along N, columns along K):
-/// it holds twice the f32 totals, which leave room for the scales of at most two scale
-/// blocks per 128-long K tile (C >= 64; the source compiles it under the same rule).
+/// Whether the tall tiles (192 and 256 rows) exist for weight blocks `block` (rows along N,
+/// columns along K): their registers leave room for the scales of at most two scale blocks
+/// per 128-long K tile (C >= 64; the source compiles them under the same rule).
 fn has_tall_tile(block: (usize, usize)) -> bool {
     block.1 >= 64
 }
@@ -76,7 +78,7 @@ struct State {
     block: BlockLayer,
     /// Tensor map of the weight codes (box 128 x 128).
     tb: TensorMap,
-    /// BM 64, 128 and (where [`has_tall_tile`]) 256, in that order.
+    /// BM 64, 128 and (where [`has_tall_tile`]) 192, 256, in that order.
     variants: Vec<Variant>,
     _module: Arc<CudaModule>,
     /// Split-K partial sums, `splits * m * n` floats.
@@ -91,14 +93,18 @@ struct State {
 impl HopperBlockFp8 {
     /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
     /// `process_weights`).
-    /// A `tile_rows` option other than 64, 128 or 256 (256 needs weight blocks of at least 64
-    /// columns along K) is [`KernelError::Backend`] naming the heights it has.
+    /// A `tile_rows` option other than 64, 128, 192 or 256 (192 and 256 need weight blocks of
+    /// at least 64 columns along K) is [`KernelError::Backend`] naming the heights it has.
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         let tile_rows = ctx.options().tile_rows.map(usize::from);
         if let Some(r) = tile_rows {
             let tall = has_tall_tile(weight_block(ctx.config()));
-            if !(r == 64 || r == 128 || (r == 256 && tall)) {
-                let heights = if tall { "64, 128 or 256" } else { "64 or 128" };
+            if !(r == 64 || r == 128 || (tall && (r == 192 || r == 256))) {
+                let heights = if tall {
+                    "64, 128, 192 or 256"
+                } else {
+                    "64 or 128"
+                };
                 return Err(KernelError::backend(
                     NAME,
                     format!("tile_rows {r}: this layer's tiles are {heights} rows"),
@@ -125,7 +131,8 @@ const TALL_TILE_COST: f64 = 1.6;
 
 /// The tile height for `m` rows of an `n`-column output on `sms` SMs: 64 up to 64 rows,
 /// else 128, or 256 where `tall` (the layer has it) and its waves of work units cost less
-/// ([`TALL_TILE_COST`] per 256-row unit against 1 per 128-row unit).
+/// ([`TALL_TILE_COST`] per 256-row unit against 1 per 128-row unit). (The 192-row tile runs
+/// only when the options fix it, until it is measured.)
 pub fn plan_tile_rows(m: usize, n: usize, sms: usize, tall: bool) -> usize {
     if m <= 64 {
         return 64;
@@ -188,7 +195,7 @@ type Loaded = (Arc<CudaModule>, Vec<Variant>);
 fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
     let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
     let (module, _) = gpu.module(&hopper_module(block)).map_err(be(NAME))?;
-    let count = if has_tall_tile(block) { 3 } else { 2 };
+    let count = if has_tall_tile(block) { 4 } else { 2 };
     let variants = VARIANTS[..count]
         .iter()
         .map(|&(bm, math_wgs, smem, tag)| {
@@ -350,7 +357,7 @@ struct Plan {
 impl State {
     /// The launch for `m` rows: the tile height of [`plan_tile_rows`] (or the one fixed by
     /// the options, `knobs` = (max splits, tile rows)); the K split of [`plan_splits`] (none
-    /// for 256-row tiles).
+    /// for tiles of more than 128 rows).
     fn plan(&self, c: &LayerConfig, gpu: &Gpu, knobs: (usize, Option<usize>), m: usize) -> Plan {
         let (max_splits, tile_rows) = knobs;
         let sms = gpu.device().sm_count.max(1) as usize;
@@ -363,7 +370,7 @@ impl State {
             .expect("tile heights are checked at build");
         let tiles = m.div_ceil(bm) * c.n.div_ceil(128);
         let kb = c.k.div_ceil(128);
-        let (splits, kb_per_split) = if bm == 256 {
+        let (splits, kb_per_split) = if bm > 128 {
             (1, kb)
         } else {
             plan_splits(tiles, kb, sms, m * c.n, max_splits)
@@ -462,10 +469,10 @@ mod tests {
         let c = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
         let e = build(&c, 96).expect("96 rows refused").to_string();
         assert!(
-            e.contains("tile_rows 96") && e.contains("64, 128 or 256"),
+            e.contains("tile_rows 96") && e.contains("64, 128, 192 or 256"),
             "{e}"
         );
-        // 32-column weight blocks have no 256-row tile.
+        // 32-column weight blocks have no tall tiles.
         let narrow = LayerConfig::block(
             4096,
             7168,
@@ -477,7 +484,7 @@ mod tests {
         let e = build(&narrow, 256).expect("256 rows refused").to_string();
         assert!(e.contains("64 or 128"), "{e}");
         // Heights it has pass the check (and then stop at the profile device, no GPU).
-        for rows in [64, 128, 256] {
+        for rows in [64, 128, 192, 256] {
             let e = build(&c, rows).map(|e| e.to_string()).unwrap_or_default();
             assert!(!e.contains("tile_rows"), "{rows}: {e}");
         }

@@ -232,6 +232,7 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
     if (wg == 0) {
         // Producer warpgroup: one thread issues every TMA load.
         if constexpr (NWG == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if constexpr (NWG == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         if (threadIdx.x == 0) {
             asm volatile("prefetch.tensormap [%0];" ::"l"((u64)ta) : "memory");
             asm volatile("prefetch.tensormap [%0];" ::"l"((u64)tb) : "memory");
@@ -253,6 +254,7 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
 
     // Math warpgroups.
     if constexpr (NWG == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    if constexpr (NWG == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;");
     const int mw = wg - 1;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int row_in = mw * 64 + warp * 16 + lane / 4;  // in wave 0; wave w adds 64 NWG w
@@ -347,9 +349,9 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
         if (live == 0) continue;
         // Epilogue: accumulator i of wave v sits at row r0[v] (i % 4 < 2) or r1[v], column
         // 8 * (i / 4) + col_in + (i % 2).
-        // (Two-wave tiles are never split: the host plans them with one split, and the
-        // reduction's registers would spill.)
-        if (WAVES == 1 && split) {
+        // (Tiles of more than 128 rows are never split: the host plans them with one split,
+        // and the reduction's registers would spill.)
+        if (BM <= 128 && split) {
             // Store this split's partial sums; the last split of the tile to arrive (an
             // atomic counter per tile and warpgroup) adds them all in split order.
             const bool pairs = (N & 1) == 0;
@@ -416,9 +418,10 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
                                              kbps, splits);                                      \
     }
 
-// BM = 64: one math warpgroup, 24 KiB stages; BM = 128: two, 32 KiB stages; BM = 256: two
-// warpgroups of two waves each, 48 KiB stages, only where a K tile holds at most two scale
-// blocks (SBK >= 64): with more, their scales no longer fit in registers beside the totals.
+// BM = 64: one math warpgroup, 24 KiB stages; BM = 128: two, 32 KiB stages; BM = 192: three
+// (160 registers each), 40 KiB stages; BM = 256: two warpgroups of two waves each, 48 KiB
+// stages. The last two only where a K tile holds at most two scale blocks (SBK >= 64): with
+// more, their scales no longer fit in registers beside the totals.
 HOPPER_KERNEL(hopper_gemm_bm64_f32, 1, 1, 8, 0)
 HOPPER_KERNEL(hopper_gemm_bm64_f16, 1, 1, 8, 1)
 HOPPER_KERNEL(hopper_gemm_bm64_bf16, 1, 1, 8, 2)
@@ -426,6 +429,9 @@ HOPPER_KERNEL(hopper_gemm_bm128_f32, 2, 1, 6, 0)
 HOPPER_KERNEL(hopper_gemm_bm128_f16, 2, 1, 6, 1)
 HOPPER_KERNEL(hopper_gemm_bm128_bf16, 2, 1, 6, 2)
 #if SBK >= 64
+HOPPER_KERNEL(hopper_gemm_bm192_f32, 3, 1, 5, 0)
+HOPPER_KERNEL(hopper_gemm_bm192_f16, 3, 1, 5, 1)
+HOPPER_KERNEL(hopper_gemm_bm192_bf16, 3, 1, 5, 2)
 HOPPER_KERNEL(hopper_gemm_bm256_f32, 2, 2, 4, 0)
 HOPPER_KERNEL(hopper_gemm_bm256_f16, 2, 2, 4, 1)
 HOPPER_KERNEL(hopper_gemm_bm256_bf16, 2, 2, 4, 2)
