@@ -4,8 +4,8 @@
 //! promotion into f32 with the 1xC activation and RxC weight scales (R 32, 64 or 128, C 32,
 //! 64 or 128; f32 or ue8m0), persistent tile scheduling over tiles of 64, 128 or 256 rows
 //! x 128 columns (the height chosen per call by [`plan_tile_rows`]), and split-K when the
-//! tiles do not fill the GPU: each split stores its partial tile to an f32 workspace and the
-//! last split of a tile to arrive sums them in split order, in the same launch.
+//! tiles do not fill the GPU (each split stores its partial tile to an f32 workspace, an
+//! epilogue kernel sums them in order).
 //! Source: `cu/hopper_gemm.cu`.
 
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use super::block::{
 };
 use super::dtype::float_index;
 use super::error::{be, be_at};
-use super::launch::{grid, launch, per_float};
+use super::launch::{elementwise, grid, launch, per_float};
 use super::layer::GpuLayer;
 use super::scratch::Scratch;
 
@@ -81,11 +81,10 @@ struct State {
     /// BM 64, 128 and (where [`has_tall_tile`]) 192, 256, in that order.
     variants: Vec<Variant>,
     _module: Arc<CudaModule>,
+    /// The split-K epilogues.
+    finalize: [CudaFunction; 3],
     /// Split-K partial sums, `splits * m * n` floats.
     ws: Scratch<f32>,
-    /// One zero-initialised 32-bit arrival counter per tile and math warpgroup of a split
-    /// call (the last split to arrive resets it, so it is zero between calls).
-    counters: Scratch<f32>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
 }
@@ -123,29 +122,38 @@ impl HopperBlockFp8 {
     }
 }
 
-/// Relative time of a 256-row tile against a 128-row one over the same K: twice the MMAs
-/// for 1.5 times the tile loads (the 128-column weight tile is read once for twice the
-/// rows). A prediction, to be refit on measurements: between 1.5 (bound by the L2-to-SM
-/// traffic, as the 128-row tile is at M = 4096) and 2 (bound by the tensor cores).
-const TALL_TILE_COST: f64 = 1.6;
+/// Time of one work unit of each tile height over the same K, relative to a 128-row unit:
+/// (rows, cost). Fitted on an H200 run of the Hopper bench with every height fixed
+/// (BENCHMARKS.md, "Hopper kernel: taller tiles"): at M = 4096 and 512 on the six
+/// DeepSeek-V3 shapes, the wave counts times these costs rank the heights as measured on
+/// 17 of the 18 points (the 18th within 4 %). A 256-row unit does twice the MMAs of a
+/// 128-row one for 1.5 times the tile loads; a 192-row unit runs three math warpgroups.
+const TILE_COSTS: [(usize, f64); 3] = [(128, 1.0), (192, 1.35), (256, 1.7)];
 
-/// The tile height for `m` rows of an `n`-column output on `sms` SMs: 64 up to 64 rows,
-/// else 128, or 256 where `tall` (the layer has it) and its waves of work units cost less
-/// ([`TALL_TILE_COST`] per 256-row unit against 1 per 128-row unit). (The 192-row tile runs
-/// only when the options fix it, until it is measured.)
+/// The tile height for `m` rows of an `n`-column output on `sms` SMs: 64 up to 64 rows;
+/// else the height whose waves of work units (persistent CTAs take units round-robin, so
+/// a call takes ceil(units / sms) units per CTA) cost least by [`TILE_COSTS`], among 128
+/// and, where `tall` (the layer has them), 192 and 256.
 pub fn plan_tile_rows(m: usize, n: usize, sms: usize, tall: bool) -> usize {
     if m <= 64 {
         return 64;
     }
-    if !tall {
-        return 128;
-    }
-    let waves = |bm: usize| (m.div_ceil(bm) * n.div_ceil(128)).div_ceil(sms.max(1)) as f64;
-    if waves(256) * TALL_TILE_COST < waves(128) {
-        256
+    let cost = |&(bm, c): &(usize, f64)| {
+        let units = m.div_ceil(bm) * n.div_ceil(128);
+        units.div_ceil(sms.max(1)) as f64 * c
+    };
+    let candidates = if tall {
+        &TILE_COSTS[..]
     } else {
-        128
+        &TILE_COSTS[..1]
+    };
+    let mut best = candidates[0];
+    for t in &candidates[1..] {
+        if cost(t) < cost(&best) {
+            best = *t;
+        }
     }
+    best.0
 }
 
 /// K splits for `tiles` output tiles (of `mn` output elements in all) and `kb` K blocks on
@@ -153,11 +161,9 @@ pub fn plan_tile_rows(m: usize, n: usize, sms: usize, tall: bool) -> usize {
 /// on an H200 (BENCHMARKS.md, "GPU: Hopper wgmma block-FP8 kernel", the columns with and
 /// without splits; it reproduces those times within about 10 %): per wave of CTAs, a K block
 /// takes 0.4 us or the time to stream the wave's 16 KiB weight tiles at 4.3 TB/s, whichever
-/// is longer, and a work unit adds 1.4 us (pipeline fill, promotion, epilogue). Splitting
-/// adds writing and reading an f32 partial per split and output element at about 3 TB/s,
-/// and 0.6 us per split after the first: the last split of a tile reads the others' partial
-/// tiles one after the other (a prediction for the in-kernel reduction, which replaced a
-/// 6 us epilogue kernel; to be refit). No split when the tiles fill two waves.
+/// is longer, and a work unit adds 1.4 us (pipeline fill, promotion, epilogue); splitting
+/// adds 6 us (the epilogue kernel) plus writing and reading an f32 partial per split and
+/// output element at about 3 TB/s. No split when the tiles fill two waves.
 pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -> (usize, usize) {
     let sms = sms.max(1);
     if tiles >= 2 * sms || kb <= 1 {
@@ -175,7 +181,7 @@ pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -
             left -= active;
         }
         if s_eff > 1 {
-            t += 0.6 * (s_eff - 1) as f64 + (s_eff * mn * 8) as f64 / 3e6;
+            t += 6.0 + (s_eff * mn * 8) as f64 / 3e6;
         }
         (t, s_eff, per)
     };
@@ -189,8 +195,8 @@ pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -
     (best.1, best.2)
 }
 
-/// The loaded module and its tile variants.
-type Loaded = (Arc<CudaModule>, Vec<Variant>);
+/// The loaded module, its tile variants and the split-K epilogues.
+type Loaded = (Arc<CudaModule>, Vec<Variant>, [CudaFunction; 3]);
 
 fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
     let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
@@ -215,7 +221,8 @@ fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((module, variants))
+    let finalize = per_float(&module, "hopper_finalize", None).map_err(be(NAME))?;
+    Ok((module, variants, finalize))
 }
 
 impl HopperBlockFp8 {
@@ -247,7 +254,7 @@ impl Fp8Kernel for HopperBlockFp8 {
         let (gpu, config) = (&self.layer.gpu, &self.layer.config);
         let act = ActLayout::ColMajor { rows: 1 };
         let block = BlockLayer::load(NAME, gpu, config, weights, 16, row_major, act)?;
-        let (module, variants) = load(gpu, weight_block(config))?;
+        let (module, variants, finalize) = load(gpu, weight_block(config))?;
         let w = &block.w;
         let tb = TensorMap::e4m3_2d(w.codes.ptr(), config.n, w.ldk, w.ldk, 128, 128)
             .map_err(be(NAME))?;
@@ -256,8 +263,8 @@ impl Fp8Kernel for HopperBlockFp8 {
             tb,
             variants,
             _module: module,
+            finalize,
             ws: Scratch::default(),
-            counters: Scratch::default(),
             ta: None,
         });
         Ok(())
@@ -278,7 +285,7 @@ impl Fp8Kernel for HopperBlockFp8 {
             ));
         }
         // Everything the call needs, before anything is enqueued.
-        let (ws, counters) = st.reserve(c, gpu, &p, m)?;
+        let ws = st.reserve(c, gpu, &p, m)?;
         let call = st.block.quantize(NAME, c, gpu, io)?;
         let (n, k) = (c.n, c.k);
         let ldk = st.block.w.ldk;
@@ -310,7 +317,6 @@ impl Fp8Kernel for HopperBlockFp8 {
             .arg(&bsptr)
             .arg(&out)
             .arg(&ws)
-            .arg(&counters)
             .arg(&bias);
         b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
         let threads = 128 * (v.math_wgs + 1);
@@ -318,9 +324,8 @@ impl Fp8Kernel for HopperBlockFp8 {
         let cfg = grid((p.units.min(sms) as u32, 1, 1), threads, v.smem);
         // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A
         // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds
-        // ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements; when split, ws
-        // splits*m*n floats and counters one zeroed word per tile and math warpgroup; the
-        // kernel masks every store and TMA zero-fills out-of-bounds boxes.
+        // ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws splits*m*n floats
+        // when split; the kernel masks every store and TMA zero-fills out-of-bounds boxes.
         unsafe {
             launch(
                 b,
@@ -329,6 +334,17 @@ impl Fp8Kernel for HopperBlockFp8 {
             )
         }
         .map_err(be(NAME))?;
+        if splits > 1 {
+            let mut f = s.launch_builder(&st.finalize[oi]);
+            f.arg(&ws)
+                .arg(&out)
+                .arg(&bias)
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&splitsi);
+            // SAFETY: ws holds splits*m*n partial sums, out m*n elements, bias n floats.
+            unsafe { launch(f, elementwise(m * n), "hopper_finalize") }.map_err(be(NAME))?;
+        }
         Ok(())
     }
 
@@ -337,7 +353,6 @@ impl Fp8Kernel for HopperBlockFp8 {
         let (c, gpu, st) = self.layer.processed(NAME)?;
         st.block.keep_retired();
         st.ws.keep_retired();
-        st.counters.keep_retired();
         for m in 1..=max_m {
             let p = st.plan(c, gpu, knobs, m);
             st.reserve(c, gpu, &p, m)?;
@@ -383,19 +398,18 @@ impl State {
         }
     }
 
-    /// Makes the scratch of a call of `m` rows ready (activation buffers, and when split the
-    /// partial sums and the arrival counters); returns the addresses of the partials and the
-    /// counters (0 and 0 without a split).
+    /// Makes the scratch of a call of `m` rows ready (activation buffers, and the split-K
+    /// workspace when split); returns the workspace's address (0 without a split).
     fn reserve(
         &mut self,
         c: &LayerConfig,
         gpu: &Arc<Gpu>,
         p: &Plan,
         m: usize,
-    ) -> Result<(u64, u64), KernelError> {
+    ) -> Result<u64, KernelError> {
         self.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
         if p.splits <= 1 {
-            return Ok((0, 0));
+            return Ok(0);
         }
         // Every split stores every valid element of its tiles: no clearing needed.
         let len = (m * c.n).checked_mul(p.splits).ok_or_else(|| {
@@ -404,13 +418,7 @@ impl State {
                 format!("split-K workspace of {} x {m} x {}", p.splits, c.n),
             )
         })?;
-        let ws = self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr();
-        // Zeroed when allocated and reset by the kernel: a larger call's counters (more
-        // tiles) start zero too, whether or not the buffer grows.
-        let tiles = p.units / p.splits;
-        let words = tiles * self.variants[p.variant].math_wgs as usize;
-        let counters = self.counters.get(gpu, words).map_err(be_at(NAME, m))?.ptr();
-        Ok((ws, counters))
+        Ok(self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr())
     }
 }
 
@@ -422,19 +430,18 @@ mod tests {
     fn splits_fill_the_gpu_without_overshooting() {
         // Many tiles: no split.
         assert_eq!(plan_splits(1792, 56, 132, 4096 * 7168, 16), (1, 56));
-        // M = 1, N = 4096 (32 tiles), 56 K blocks: one wave of at least 3 splits.
+        // M = 1, N = 4096 (32 tiles), 56 K blocks: one wave of at least 4 splits.
         let (s, per) = plan_splits(32, 56, 132, 4096, 16);
-        assert!(s * 32 <= 132 && s >= 3, "{s}");
+        assert!(s * 32 <= 132 && s >= 4, "{s}");
         assert!(per * s >= 56 && per * (s - 1) < 56);
         // The cap holds; never more splits than K blocks.
         assert_eq!(plan_splits(32, 56, 132, 4096, 1), (1, 56));
         assert_eq!(plan_splits(1, 1, 132, 1, 16), (1, 1));
         let (s, per) = plan_splits(3, 5, 132, 300, 16);
         assert!(s <= 5 && per * s >= 5);
-        // A short K (16 blocks) over 56 tiles splits little at M = 1 (16 splits with the
-        // epilogue kernel measured 1.7x slower on the H200); a long K over 32 or 144 tiles
-        // splits more.
-        assert!(plan_splits(56, 16, 132, 7168, 16).0 <= 2);
+        // Choices the H200 measurements back: a short K (16 blocks) over 56 tiles is not
+        // split at M = 1 (splitting measured 1.7x slower); a long K over 32 or 144 tiles is.
+        assert_eq!(plan_splits(56, 16, 132, 7168, 16).0, 1);
         assert!(plan_splits(32, 56, 132, 4096, 16).0 >= 3);
         assert!(plan_splits(144, 56, 132, 18432, 16).0 > 1);
         // Large outputs split less: the partials cost more than the waves they save.
@@ -445,16 +452,25 @@ mod tests {
 
     #[test]
     fn tile_heights_follow_the_waves() {
-        // Up to 64 rows: one math warpgroup. Without the tall variant: 128.
+        // Up to 64 rows: one math warpgroup. Without the tall tiles: 128.
         assert_eq!(plan_tile_rows(1, 4096, 132, true), 64);
         assert_eq!(plan_tile_rows(64, 4096, 132, true), 64);
         assert_eq!(plan_tile_rows(4096, 4096, 132, false), 128);
-        // M = 4096, N = 4096: 1024 units of 128 rows are 8 waves, 512 of 256 rows 4 (6.4).
-        assert_eq!(plan_tile_rows(4096, 4096, 132, true), 256);
-        // M = 512, N = 4096: 128 units fill one wave; 256-row tiles would take 1.6x longer.
-        assert_eq!(plan_tile_rows(512, 4096, 132, true), 128);
-        // M = 512, N = 24576: 768 units (6 waves) against 384 (3 waves, 4.8).
-        assert_eq!(plan_tile_rows(512, 24576, 132, true), 256);
+        // The H200 bench's best height at M = 4096 and 512 (rows, N): 4096x7168 256 and 128;
+        // 7168x2048 and 7168x16384 256 and 256; 2112x7168 192 and 128; 24576x1536 (192
+        // measured 4 % ahead of 256 at M = 4096) 256 and 256; 18432x7168 256 and 128.
+        for (n, at_4096, at_512) in [
+            (4096, 256, 128),
+            (7168, 256, 256),
+            (2112, 192, 128),
+            (24576, 256, 256),
+            (18432, 256, 128),
+        ] {
+            assert_eq!(plan_tile_rows(4096, n, 132, true), at_4096, "M=4096 N={n}");
+            assert_eq!(plan_tile_rows(512, n, 132, true), at_512, "M=512 N={n}");
+        }
+        // M = 128: one unit per CTA at most for 128-row tiles on these N.
+        assert_eq!(plan_tile_rows(128, 4096, 132, true), 128);
         assert_eq!(plan_tile_rows(65, 128, 132, true), 128);
     }
 

@@ -13,10 +13,9 @@
 // B: [N, ldk] e4m3 codes through tensor map `tb` (box 128 x 128). TMA zero-fills rows past
 // M / N and columns past ldk, so partial tiles need no masking on the load side.
 // As: [Kbs, M] f32 (M fastest), Bs: [ceil(N/SBN), Kbs] f32, Kbs = ceil(K / SBK). Stores
-// are masked. With more than one K split, split s stores its partial sums to ws[s][M][N]
-// (every valid element of its tile), and the last split of the tile to arrive (an atomic
-// counter per tile and math warpgroup, zero between calls: that split resets it) adds the
-// splits in order (deterministic) and writes the output.
+// are masked. With more than one K split (tiles of at most 128 rows), split s stores its
+// partial sums to ws[s][M][N] (every valid element of its tile) and `hopper_finalize_*`
+// sums the splits in order (deterministic).
 
 #define BN 128
 #define BK 128
@@ -147,8 +146,8 @@ __device__ __forceinline__ void tile_scales(const float* __restrict__ As,
 }
 
 // A thread's 64 tile values (accumulator i at row r0 (i % 4 < 2) or r1, column c0 + 8 (i / 4)
-// + (i % 2)) stored to / added from the f32 [M, N] matrix `p`, rows and columns past M, N
-// skipped; `pairs`: two adjacent values move as one 8-byte access (N even).
+// + (i % 2)) stored to the f32 [M, N] matrix `p`, rows and columns past M, N skipped;
+// `pairs`: two adjacent values as one 8-byte store (N even).
 __device__ __forceinline__ void store_tile(float* __restrict__ p, const float (&v)[64], int r0,
                                            int r1, int c0, int M, int N, bool pairs) {
 #pragma unroll
@@ -169,33 +168,6 @@ __device__ __forceinline__ void store_tile(float* __restrict__ p, const float (&
         }
     }
 }
-__device__ __forceinline__ void add_tile(float (&v)[64], const float* __restrict__ p, int r0,
-                                         int r1, int c0, int M, int N, bool pairs) {
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-        const int c = c0 + 8 * j;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = h ? r1 : r0;
-            if (c >= N || r >= M) continue;
-            const float* q = p + (long long)r * N + c;
-            if (pairs) {
-                const float2 x = __ldcg(reinterpret_cast<const float2*>(q));
-                v[4 * j + 2 * h] += x.x;
-                v[4 * j + 2 * h + 1] += x.y;
-            } else {
-                v[4 * j + 2 * h] += __ldcg(q);
-                if (c + 1 < N) v[4 * j + 2 * h + 1] += __ldcg(q + 1);
-            }
-        }
-    }
-}
-
-// Named barrier `id` (1 + math warpgroup) over the 128 threads of one warpgroup.
-__device__ __forceinline__ void wg_bar(int id) {
-    asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
-}
-
 // NWG math warpgroups, each running WAVES 64-row slabs of the BM = 64 * NWG * WAVES row
 // tile: warpgroup g, wave w owns rows 64 * (NWG * w + g) .. +64. A wave's fresh accumulators
 // are promoted into its own f32 totals (tot[w]), so registers grow with WAVES while the
@@ -204,13 +176,12 @@ template <int NWG, int WAVES, int STAGES, int OUT>
 __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb,
                                             const float* __restrict__ As,
                                             const float* __restrict__ Bs, void* __restrict__ out,
-                                            float* __restrict__ ws, u32* __restrict__ counters,
+                                            float* __restrict__ ws,
                                             const float* __restrict__ bias, int M, int N, int K,
                                             int kbps, int splits) {
     constexpr int BM = 64 * NWG * WAVES;
     constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
     extern __shared__ u8 smem_raw[];
-    __shared__ int last_split[NWG];
     const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const u32 sa = base, sb = base + STAGES * A_BYTES;
     const u32 bars = sb + STAGES * B_BYTES;  // full[STAGES], then empty[STAGES]
@@ -352,40 +323,10 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
         // (Tiles of more than 128 rows are never split: the host plans them with one split,
         // and the reduction's registers would spill.)
         if (BM <= 128 && split) {
-            // Store this split's partial sums; the last split of the tile to arrive (an
-            // atomic counter per tile and warpgroup) adds them all in split order.
-            const bool pairs = (N & 1) == 0;
+            // This split's partial sums; `hopper_finalize_*` adds the splits in order.
             store_tile(ws + (long long)w.sp * M * N, tot[0], r0[0], r1[0], w.nb * BN + col_in, M,
-                       N, pairs);
-            // One thread publishes the warpgroup's stores (ordered before it by the barrier;
-            // the fence is cumulative) and, in the last split, acquires the others'.
-            u32* counter = counters + (long long)(u / splits) * NWG + mw;
-            wg_bar(1 + mw);
-            if (threadIdx.x % 128 == 0) {
-                __threadfence();
-                const int last = atomicAdd(counter, 1u) == (u32)(splits - 1);
-                if (last) __threadfence();
-                last_split[mw] = last;
-            }
-            wg_bar(1 + mw);
-            if (!last_split[mw]) continue;
-            // The sum, split by split into the (now free) MMA accumulators: each split's
-            // 64 loads per thread are independent, so they are in flight together.
-#pragma unroll
-            for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-            for (int p = 0; p < splits; ++p) {
-                if (p == w.sp) {
-#pragma unroll
-                    for (int i = 0; i < 64; ++i) acc[i] += tot[0][i];
-                } else {
-                    add_tile(acc, ws + (long long)p * M * N, r0[0], r1[0], w.nb * BN + col_in,
-                             M, N, pairs);
-                }
-            }
-            // (The next K tile's first MMA overwrites acc: no clearing.)
-#pragma unroll
-            for (int i = 0; i < 64; ++i) tot[0][i] = acc[i];
-            if (threadIdx.x % 128 == 0) *counter = 0;  // ready for the next call
+                       N, (N & 1) == 0);
+            continue;
         }
 #pragma unroll
         for (int v = 0; v < WAVES; ++v)
@@ -412,10 +353,10 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
 #define HOPPER_KERNEL(NAME, NWG, WAVES, STAGES, OUT)                                             \
     extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                             \
         NAME(const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb,             \
-             const float* As, const float* Bs, void* out, float* ws, u32* counters,              \
-             const float* bias, int M, int N, int K, int kbps, int splits) {                     \
-        hopper_gemm<NWG, WAVES, STAGES, OUT>(&ta, &tb, As, Bs, out, ws, counters, bias, M, N, K, \
-                                             kbps, splits);                                      \
+             const float* As, const float* Bs, void* out, float* ws, const float* bias, int M,   \
+             int N, int K, int kbps, int splits) {                                               \
+        hopper_gemm<NWG, WAVES, STAGES, OUT>(&ta, &tb, As, Bs, out, ws, bias, M, N, K, kbps,     \
+                                             splits);                                            \
     }
 
 // BM = 64: one math warpgroup, 24 KiB stages; BM = 128: two, 32 KiB stages; BM = 192: three
@@ -436,3 +377,30 @@ HOPPER_KERNEL(hopper_gemm_bm256_f32, 2, 2, 4, 0)
 HOPPER_KERNEL(hopper_gemm_bm256_f16, 2, 2, 4, 1)
 HOPPER_KERNEL(hopper_gemm_bm256_bf16, 2, 2, 4, 2)
 #endif
+
+// Split-K epilogue: out = sum over splits of ws[s] (+ bias), converted to the output dtype.
+template <int OUT>
+__device__ void hopper_finalize(const float* __restrict__ ws, void* __restrict__ out,
+                                const float* __restrict__ bias, int M, int N, int splits) {
+    const long long total = (long long)M * N;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = 0.f;
+        for (int s = 0; s < splits; ++s) v += ws[s * total + i];
+        if (bias != 0) v += bias[i % N];
+        if (OUT == 0) ((float*)out)[i] = v;
+        else ((u16*)out)[i] = OUT == 1 ? f32_to_f16(v) : f32_to_bf16(v);
+    }
+}
+extern "C" __global__ void hopper_finalize_f32(const float* ws, void* out, const float* bias, int M,
+                                              int N, int splits) {
+    hopper_finalize<0>(ws, out, bias, M, N, splits);
+}
+extern "C" __global__ void hopper_finalize_f16(const float* ws, void* out, const float* bias, int M,
+                                              int N, int splits) {
+    hopper_finalize<1>(ws, out, bias, M, N, splits);
+}
+extern "C" __global__ void hopper_finalize_bf16(const float* ws, void* out, const float* bias, int M,
+                                              int N, int splits) {
+    hopper_finalize<2>(ws, out, bias, M, N, splits);
+}
