@@ -124,16 +124,17 @@ impl HopperBlockFp8 {
 
 /// Time of one work unit of each tile height over the same K, relative to a 128-row unit:
 /// (rows, cost). Fitted on an H200 run of the Hopper bench with every height fixed
-/// (BENCHMARKS.md, "Hopper kernel: taller tiles"): at M = 4096 and 512 on the six
-/// DeepSeek-V3 shapes, the wave counts times these costs rank the heights as measured on
-/// 17 of the 18 points (the 18th within 4 %). A 256-row unit does twice the MMAs of a
+/// (BENCHMARKS.md, "GPU: Hopper kernel, taller tiles"): at M = 128, 512 and 4096 on the six
+/// DeepSeek-V3 shapes, the wave counts times these costs pick the measured best height on
+/// 14 of the 18 points and miss the others by 0.4-5 %. A 256-row unit does twice the MMAs of a
 /// 128-row one for 1.5 times the tile loads; a 192-row unit runs three math warpgroups.
 const TILE_COSTS: [(usize, f64); 3] = [(128, 1.0), (192, 1.35), (256, 1.7)];
 
 /// The tile height for `m` rows of an `n`-column output on `sms` SMs: 64 up to 64 rows;
 /// else the height whose waves of work units (persistent CTAs take units round-robin, so
-/// a call takes ceil(units / sms) units per CTA) cost least by [`TILE_COSTS`], among 128
-/// and, where `tall` (the layer has them), 192 and 256.
+/// a call takes ceil(units / sms) units per CTA) cost least, at 1.0 per 128-row unit, 1.35
+/// per 192-row unit and 1.7 per 256-row unit (fitted on the H200), among 128 and, where
+/// `tall` (the layer has them), 192 and 256.
 pub fn plan_tile_rows(m: usize, n: usize, sms: usize, tall: bool) -> usize {
     if m <= 64 {
         return 64;
@@ -456,9 +457,9 @@ mod tests {
         assert_eq!(plan_tile_rows(1, 4096, 132, true), 64);
         assert_eq!(plan_tile_rows(64, 4096, 132, true), 64);
         assert_eq!(plan_tile_rows(4096, 4096, 132, false), 128);
-        // The H200 bench's best height at M = 4096 and 512 (rows, N): 4096x7168 256 and 128;
-        // 7168x2048 and 7168x16384 256 and 256; 2112x7168 192 and 128; 24576x1536 (192
-        // measured 4 % ahead of 256 at M = 4096) 256 and 256; 18432x7168 256 and 128.
+        // The heights it picks at M = 4096 and 512 by N: the H200 bench's best (BENCHMARKS.md)
+        // except 24576x1536 at 4096 and 18432x7168 at 512, where 192 rows measured 4 % and
+        // 5 % faster; 7168 stands for 7168x2048 and 7168x16384.
         for (n, at_4096, at_512) in [
             (4096, 256, 128),
             (7168, 256, 256),
