@@ -46,9 +46,15 @@ impl KernelOptions {
         KernelOptions::default()
     }
 
-    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`] and [`ENV_TILE_ROWS`]; unset or empty variables keep the
-    /// default, bad values are errors.
+    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`] and [`ENV_TILE_ROWS`]; unset or empty
+    /// variables keep the default, bad values are errors.
     pub fn from_env() -> Result<Self, OptionsError> {
+        Self::from_vars(env)
+    }
+
+    /// [`KernelOptions::from_env`] over `env`, which returns a variable's trimmed, non-empty
+    /// value.
+    fn from_vars(env: impl Fn(&str) -> Option<String>) -> Result<Self, OptionsError> {
         let mut o = KernelOptions::default();
         if let Some(v) = env(ENV_MAX_SPLITS) {
             o.max_splits = Some(match v.parse::<u16>() {
@@ -155,6 +161,37 @@ impl From<crate::select::Overrides> for Options {
         Options {
             overrides,
             kernel: KernelOptions::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<KernelOptions, OptionsError> {
+        KernelOptions::from_vars(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn knobs_parse_and_bad_values_name_the_variable() {
+        assert_eq!(parse(&[]).unwrap(), KernelOptions::none());
+        let o = parse(&[(ENV_MAX_SPLITS, "4"), (ENV_TILE_ROWS, "256")]).unwrap();
+        assert_eq!(o, KernelOptions::none().max_splits(4).tile_rows(256));
+        for (var, value) in [
+            (ENV_MAX_SPLITS, "0"),
+            (ENV_MAX_SPLITS, "17"),
+            (ENV_TILE_ROWS, "0"),
+            (ENV_TILE_ROWS, "tall"),
+            (ENV_COMPILE_FOR, "sm_x"),
+        ] {
+            let e = parse(&[(var, value)]).unwrap_err();
+            assert_eq!((e.var, e.value.as_str()), (var, value));
+            assert!(e.to_string().contains(var), "{e}");
         }
     }
 }
