@@ -4,8 +4,9 @@
 // 128B-swizzled K-major shared-memory descriptors. Each SBK-long scale block of a 128-long
 // K tile is multiplied into fresh accumulators and then promoted into f32 totals with
 // As[m, kb] * Bs[n / SBN, kb] (scale blocks SBN x SBK: SBN 32, 64 or 128 along N, SBK 32, 64
-// or 128 along K). Persistent: a grid of at most one CTA per SM walks the (tile, K split)
-// work units.
+// or 128 along K). Tiles are BM x 128 with BM = 64 x NWG x WAVES (64, 128, 192 or 256 rows;
+// the host picks per call). Persistent: a grid of at most one CTA per SM walks the
+// (tile, K split) work units.
 //
 //   out[m, n] = sum_kb As[m, kb] * Bs[n / SBN, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
 //
