@@ -2,7 +2,7 @@
 //! shared-memory ring with mbarriers, a producer warpgroup with few registers (setmaxnreg),
 //! math warpgroups issuing wgmma m64n128k32 e4m3 from 128B-swizzled descriptors, per-block
 //! promotion into f32 with the 1xC activation and RxC weight scales (R 32, 64 or 128, C 32,
-//! 64 or 128; f32 or ue8m0), persistent tile scheduling over tiles of 64, 128 or 256 rows
+//! 64 or 128; f32 or ue8m0), persistent tile scheduling over tiles of 64, 128, 192 or 256 rows
 //! x 128 columns (the height chosen per call by [`plan_tile_rows`]), and split-K when the
 //! tiles do not fill the GPU (each split stores its partial tile to an f32 workspace, an
 //! epilogue kernel sums them in order).
@@ -92,6 +92,7 @@ struct State {
 impl HopperBlockFp8 {
     /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
     /// `process_weights`).
+    ///
     /// A `tile_rows` option other than 64, 128, 192 or 256 (192 and 256 need weight blocks of
     /// at least 64 columns along K) is [`KernelError::Backend`] naming the heights it has.
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
@@ -148,13 +149,11 @@ pub fn plan_tile_rows(m: usize, n: usize, sms: usize, tall: bool) -> usize {
     } else {
         &TILE_COSTS[..1]
     };
-    let mut best = candidates[0];
-    for t in &candidates[1..] {
-        if cost(t) < cost(&best) {
-            best = *t;
-        }
-    }
-    best.0
+    // The first of equal costs: the shorter tile.
+    candidates
+        .iter()
+        .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+        .map_or(128, |t| t.0)
 }
 
 /// K splits for `tiles` output tiles (of `mn` output elements in all) and `kb` K blocks on
