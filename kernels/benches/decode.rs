@@ -172,11 +172,7 @@ fn main() {
             } else {
                 entry.build(&ctx)
             };
-            let built = built.and_then(|mut kr| {
-                kr.process_weights(&weights)?;
-                Ok(kr)
-            });
-            let mut kernel = match built {
+            let mut kernel = match common::loaded(built, &weights) {
                 Ok(kr) => kr,
                 Err(e) => {
                     println!("{label} {n}x{k}: not run: {e}");

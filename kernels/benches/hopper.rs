@@ -118,13 +118,8 @@ fn main() {
                 tile_rows,
                 ..KernelOptions::none()
             };
-            let built = entry
-                .build(&target.build_ctx(&cfg, &options))
-                .and_then(|mut kr| {
-                    kr.process_weights(&weights)?;
-                    Ok(kr)
-                });
-            let mut kernel = match built {
+            let built = entry.build(&target.build_ctx(&cfg, &options));
+            let mut kernel = match common::loaded(built, &weights) {
                 Ok(kr) => kr,
                 Err(e) => {
                     println!("{label} N={n} K={k}: not run: {e}");

@@ -116,10 +116,7 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
         let mut fp8: Vec<(&'static str, Box<dyn Fp8Kernel>)> = Vec::new();
         for e in [&CublasLtBlockFp8::ENTRY, &PortableBlockFp8::ENTRY] as [&'static KernelEntry; 2] {
             if e.arch.matches(Some(gpu.capability())) && (e.can_implement)(&cfg).is_ok() {
-                match e
-                    .build(&ctx)
-                    .and_then(|mut kern| kern.process_weights(&weights).map(|_| kern))
-                {
+                match common::loaded(e.build(&ctx), &weights) {
                     Ok(kern) => fp8.push((e.name, kern)),
                     Err(err) => println!("{} skipped for N={n} K={k}: {err}", e.name),
                 }

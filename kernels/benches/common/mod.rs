@@ -11,8 +11,20 @@ use fp8_linear::cuda::runtime::cudarc::driver::{
     sys, CudaFunction, CudaGraph, CudaStream, LaunchConfig, PushKernelArg,
 };
 use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu, ModuleSpec};
-use fp8_linear::{Capability, KernelEntry, LayerConfig, LayerWeights, Tensor};
+use fp8_linear::{
+    Capability, Fp8Kernel, KernelEntry, KernelError, LayerConfig, LayerWeights, Tensor,
+};
 use rand::{Rng, RngCore};
+
+/// A built kernel with `weights` processed: the kernel ready to time, or the first error.
+pub fn loaded(
+    built: Result<Box<dyn Fp8Kernel>, KernelError>,
+    weights: &LayerWeights<'_>,
+) -> Result<Box<dyn Fp8Kernel>, KernelError> {
+    let mut kernel = built?;
+    kernel.process_weights(weights)?;
+    Ok(kernel)
+}
 
 /// Bytes the L2 flush reads: five times the H200's 50 MiB L2.
 pub const FLUSH_BYTES: usize = 256 << 20;
