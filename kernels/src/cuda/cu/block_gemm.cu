@@ -28,6 +28,7 @@
 #define A_STAGE (BM * BK)
 #define B_STAGE (BN * BK)
 
+#ifndef FP8_HOST_MODEL  // PTX helpers (the host model has C++ versions)
 __device__ __forceinline__ u32 smem_u32(const void* p) {
     u32 r;
     asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
@@ -47,6 +48,7 @@ __device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2,
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                  : "r"(addr));
 }
+#endif  // FP8_HOST_MODEL
 
 // Byte offset of 16-byte chunk `ch` (0..7) of row `r` in a 128-byte-row swizzled tile.
 __device__ __forceinline__ u32 swz(int r, int ch) { return (u32)(r * 128 + ((ch ^ (r & 7)) << 4)); }

@@ -19,6 +19,9 @@ typedef unsigned long long u64;
 
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
 
+// PTX helpers are under `#ifndef FP8_HOST_MODEL`: the host model of the kernels
+// (tests/host_model) compiles the rest of the source on a CPU with C++ versions of them.
+#ifndef FP8_HOST_MODEL
 __device__ __forceinline__ float f16_to_f32(u16 h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -36,6 +39,7 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+#endif  // FP8_HOST_MODEL
 
 // e4m3fn encoding: round to nearest even, saturate to +-448 (infinities too), NaN -> 0x7f with
 // the sign kept. Bit-identical to fp8_linear_core::fp8::f32_to_e4m3 (the hardware
@@ -143,6 +147,7 @@ __device__ __forceinline__ float ue8m0_ceil(float s) {
 
 // D += A x B with FP8 mma.sync m16n8k32 (e4m3 x e4m3 -> f32; sm_89 and newer): a[4] the A
 // fragment (16 x 32, row), b[2] the B fragment (32 x 8, col), c[4] the f32 accumulators.
+#ifndef FP8_HOST_MODEL
 __device__ __forceinline__ void mma_e4m3(float* c, const u32* a, const u32* b) {
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -150,6 +155,7 @@ __device__ __forceinline__ void mma_e4m3(float* c, const u32* a, const u32* b) {
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+#endif  // FP8_HOST_MODEL
 
 // Stores v0 (and v1 at idx + 1 when `both`) at element idx of an output of dtype OUT
 // (0 = f32, 1 = f16, 2 = bf16); one vector store when `pair_ok` (idx even, aligned).

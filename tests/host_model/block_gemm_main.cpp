@@ -1,0 +1,55 @@
+// The host model's driver for cu/block_gemm.cu (the portable block-scaled FP8 GEMM): runs
+// one call (the GEMM, then the split-K finalize when split) several times, the GEMM's blocks
+// in a different order each time, and writes every call's output.
+//
+//   block_gemm_host INPUT OUTPUT
+//
+// INPUT sections (u64 byte count, bytes): params (i32: M N K kp gn gm splits kb_per_split
+// out_dtype has_bias launches), A codes [M, kp], As [M, Kbs] f32, B codes [N, kp], Bs
+// [ceil(N / SBN), Kbs] f32, bias [N] f32. OUTPUT: launches x M x N elements of the output
+// dtype (0 f32, 1 f16, 2 bf16).
+#include "cuda.h"
+#include "common.h"
+#include "block_gemm.h"
+#include KERNEL_INC
+
+typedef void (*Gemm)(const u8*, int, const float*, const u8*, int, const float*, void*, float*,
+                     const float*, int, int, int, int, int);
+typedef void (*Finalize)(const float*, void*, const float*, int, int);
+
+int main(int argc, char** argv) {
+    if (argc != 3) return 2;
+    FILE* f = fopen(argv[1], "rb");
+    if (!f) return 2;
+    const std::vector<int> p = section_as<int>(read_section(f));
+    // Exact-size heap copies, so that the address sanitizer sees any read past them.
+    const std::vector<unsigned char> a = read_section(f);
+    const std::vector<float> as = section_as<float>(read_section(f));
+    const std::vector<unsigned char> b = read_section(f);
+    const std::vector<float> bs = section_as<float>(read_section(f));
+    const std::vector<float> bias = section_as<float>(read_section(f));
+    fclose(f);
+    const int M = p[0], N = p[1], K = p[2], kp = p[3], gn = p[4], gm = p[5], splits = p[6];
+    const int kbs = p[7], dt = p[8], has_bias = p[9], launches = p[10];
+    const Gemm gemm[3] = {block_gemm_f32, block_gemm_f16, block_gemm_bf16};
+    const Finalize fin[3] = {splitk_finalize_f32, splitk_finalize_f16, splitk_finalize_bf16};
+    const size_t elem = dt == 0 ? 4 : 2, count = (size_t)M * N;
+    std::vector<unsigned char> out(count * elem);
+    std::vector<float> ws(splits > 1 ? count : 0);
+    const float* bp = has_bias ? bias.data() : nullptr;
+    FILE* o = fopen(argv[2], "wb");
+    for (int l = 0; l < launches; l++) {
+        std::fill(out.begin(), out.end(), (unsigned char)0xff);
+        std::fill(ws.begin(), ws.end(), 0.0f);
+        run_grid(Dim3{(unsigned)gn, (unsigned)gm, (unsigned)splits}, THREADS, l, [&] {
+            gemm[dt](a.data(), kp, as.data(), b.data(), kp, bs.data(), out.data(),
+                     splits > 1 ? ws.data() : nullptr, bp, M, N, K, kp, kbs);
+        });
+        if (splits > 1)
+            run_grid(Dim3{3, 1, 1}, 256, 0,
+                     [&] { fin[dt](ws.data(), out.data(), bp, M, N); });
+        fwrite(out.data(), 1, out.size(), o);
+    }
+    fclose(o);
+    return 0;
+}

@@ -1,0 +1,160 @@
+//! Host models of the CUDA kernels: a kernel's own CUDA C source, compiled with the
+//! machine's C++20 compiler against `tests/host_model/` (the CUDA environment on a CPU: a
+//! thread per CUDA thread, barriers, warp collectives by their PTX layouts, cp.async that
+//! lands at its `wait_group`; each kernel's PTX helpers, which the source keeps under
+//! `#ifndef FP8_HOST_MODEL`, replaced by C++ ones) under sanitizers, and run on the CPU. The
+//! kernels' indexing, bounds, fragment layouts, pipelines and barriers are then tested by
+//! `cargo test` on a machine without a GPU.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const FILES: [(&str, &str); 3] = [
+    ("cuda.h", include_str!("../host_model/cuda.h")),
+    ("common.h", include_str!("../host_model/common.h")),
+    ("block_gemm.h", include_str!("../host_model/block_gemm.h")),
+];
+
+/// A kernel source for the host: its dynamic shared memory array (`extern __shared__ ...
+/// T name[];`) becomes a pointer to the host model's, its static `__shared__` variables
+/// function statics (the blocks run one at a time).
+pub fn host_source(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    for line in source.lines() {
+        let t = line.trim();
+        if t.starts_with("extern __shared__") && t.ends_with("[];") {
+            let words: Vec<&str> = t.trim_end_matches("[];").split_whitespace().collect();
+            let (ty, name) = match words.as_slice() {
+                [.., ty, name] => (*ty, *name),
+                _ => ("u8", "smem"),
+            };
+            out.push_str(&format!(
+                "    {ty}* {name} = reinterpret_cast<{ty}*>(host_smem);\n"
+            ));
+        } else {
+            out.push_str(&line.replace("__shared__", "static"));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A compiled host model (its folder is removed on drop).
+pub struct HostModel {
+    dir: PathBuf,
+    exe: PathBuf,
+}
+
+impl HostModel {
+    /// Compiles `driver` (a C++ file of `tests/host_model/`) with the kernel `source` (as
+    /// NVRTC gets it) and its NVRTC `defines` (`-DMT=2`), under `sanitizers`
+    /// (`-fsanitize=`). None, after printing why, without a C++20 compiler (`CXX`, else
+    /// `c++`); panics when the model does not compile.
+    pub fn build(
+        tag: &str,
+        driver: &str,
+        source: &str,
+        defines: &[String],
+        sanitizers: &str,
+    ) -> Option<HostModel> {
+        let dir = std::env::temp_dir().join(format!("fp8-host-model-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("host model folder");
+        for (name, text) in FILES {
+            std::fs::write(dir.join(name), text).expect("host model header");
+        }
+        std::fs::write(dir.join("main.cpp"), driver).expect("host model driver");
+        std::fs::write(dir.join("kernel.inc"), host_source(source)).expect("host model kernel");
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let exe = dir.join("model");
+        let out = Command::new(&cxx)
+            .current_dir(&dir)
+            .args([
+                "-std=c++20",
+                "-O1",
+                "-g",
+                "-pthread",
+                "-fno-sanitize-recover=all",
+                "-Wno-unknown-pragmas",
+                "-DFP8_HOST_MODEL",
+                "-DKERNEL_INC=\"kernel.inc\"",
+            ])
+            .arg(format!("-fsanitize={sanitizers}"))
+            .args(defines)
+            .arg("main.cpp")
+            .arg("-o")
+            .arg(&exe)
+            .output();
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("skipped: no C++ compiler ({cxx}: {e})");
+                return None;
+            }
+        };
+        if !out.status.success() {
+            let log = String::from_utf8_lossy(&out.stderr);
+            if log.contains("barrier: No such file") || log.contains("c++20") {
+                eprintln!("skipped: {cxx} lacks C++20 <barrier>: {log}");
+                return None;
+            }
+            panic!("the host model {tag} does not compile:\n{log}");
+        }
+        Some(HostModel { dir, exe })
+    }
+
+    /// Runs the model on `input` (the driver's sections); its output file, or why it failed.
+    pub fn run(&self, input: &[u8], tag: &str) -> Result<Vec<u8>, String> {
+        let (inp, outp) = (
+            self.dir.join(format!("{tag}.in")),
+            self.dir.join(format!("{tag}.out")),
+        );
+        std::fs::write(&inp, input).map_err(|e| e.to_string())?;
+        let r = Command::new(&self.exe)
+            .arg(&inp)
+            .arg(&outp)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !r.status.success() {
+            return Err(format!(
+                "exit {:?}: {}",
+                r.status.code(),
+                String::from_utf8_lossy(&r.stderr)
+            ));
+        }
+        std::fs::read(&outp).map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for HostModel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Appends one input section: its byte count (u64, little-endian), then the bytes.
+pub fn section(buf: &mut Vec<u8>, bytes: &[u8]) {
+    buf.extend((bytes.len() as u64).to_le_bytes());
+    buf.extend(bytes);
+}
+
+/// The little-endian bytes of `v`, element by element.
+pub fn le<T, const N: usize>(v: &[T], f: impl Fn(&T) -> [u8; N]) -> Vec<u8> {
+    v.iter().flat_map(f).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_source;
+
+    #[test]
+    fn shared_memory_becomes_the_host_models() {
+        let src = "    extern __shared__ __align__(16) u8 dsm[];\n    __shared__ u32 last;\n";
+        let host = host_source(src);
+        assert!(
+            host.contains("u8* dsm = reinterpret_cast<u8*>(host_smem);"),
+            "{host}"
+        );
+        assert!(host.contains("static u32 last;"), "{host}");
+        assert!(!host.contains("__shared__"), "{host}");
+    }
+}

@@ -1,0 +1,258 @@
+//! The host model of the portable block-scaled FP8 GEMM (`cu/block_gemm.cu`, the kernel of
+//! `PortableBlockFp8`): the kernel's own source compiled on the CPU (tests/src/host_model.rs)
+//! under the address and undefined-behaviour sanitizers, for each tile height (MT 1, 2, 4),
+//! 2-4 pipeline stages, 128- and 32-row weight blocks, split and unsplit K (the split-K
+//! finalize kernel too), ragged M, N and K, f32 / f16 / bf16 output and bias. Each output is
+//! checked against the f64 block-scaled reference of the same FP8 codes and scales; unsplit
+//! calls must also be bit-identical over three block orders. Skips with a printed reason
+//! without a C++20 compiler.
+
+use fp8_linear::cpu::reference::block_gemm_f64;
+use fp8_linear::cuda::sources::block_gemm_module;
+use fp8_linear::DType;
+use fp8_linear_tests::check::{compare, Tolerance};
+use fp8_linear_tests::host_model::{le, section, HostModel};
+use fp8_linear_tests::layers::{random_activations, random_codes};
+use fp8_linear_tests::oracle::quantize_groups;
+use half::{bf16, f16};
+use rand::{Rng, SeedableRng};
+
+const DRIVER: &str = include_str!("../host_model/block_gemm_main.cpp");
+const LAUNCHES: usize = 3;
+
+/// One module (tile height, stages, weight block rows) and the calls run on it.
+struct Module {
+    mt: u32,
+    stages: u32,
+    block_rows: usize,
+    calls: &'static [Call],
+}
+
+/// One call: layer N x K, M rows, K splits, output dtype, bias.
+struct Call {
+    n: usize,
+    k: usize,
+    m: usize,
+    splits: usize,
+    out: DType,
+    bias: bool,
+}
+
+const MODULES: [Module; 4] = [
+    Module {
+        mt: 1,
+        stages: 4,
+        block_rows: 128,
+        calls: &[
+            Call {
+                n: 200,
+                k: 300,
+                m: 20,
+                splits: 1,
+                out: DType::Bf16,
+                bias: true,
+            },
+            Call {
+                n: 128,
+                k: 1024,
+                m: 1,
+                splits: 3,
+                out: DType::F32,
+                bias: false,
+            },
+        ],
+    },
+    Module {
+        mt: 2,
+        stages: 3,
+        block_rows: 128,
+        calls: &[Call {
+            n: 130,
+            k: 520,
+            m: 50,
+            splits: 2,
+            out: DType::F32,
+            bias: true,
+        }],
+    },
+    Module {
+        mt: 4,
+        stages: 2,
+        block_rows: 128,
+        calls: &[Call {
+            n: 260,
+            k: 256,
+            m: 140,
+            splits: 1,
+            out: DType::F16,
+            bias: false,
+        }],
+    },
+    Module {
+        mt: 1,
+        stages: 4,
+        block_rows: 32,
+        calls: &[Call {
+            n: 100,
+            k: 384,
+            m: 9,
+            splits: 3,
+            out: DType::Bf16,
+            bias: true,
+        }],
+    },
+];
+
+/// Rows of `cols` codes padded to `ld` with zero codes.
+fn padded(codes: &[u8], rows: usize, cols: usize, ld: usize) -> Vec<u8> {
+    let mut v = vec![0u8; rows * ld];
+    for r in 0..rows {
+        v[r * ld..r * ld + cols].copy_from_slice(&codes[r * cols..(r + 1) * cols]);
+    }
+    v
+}
+
+fn decode(raw: &[u8], dt: DType) -> Vec<f32> {
+    match dt {
+        DType::F32 => raw
+            .chunks(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        DType::F16 => raw
+            .chunks(2)
+            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        _ => raw
+            .chunks(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+    }
+}
+
+fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
+    let (m, n, k) = (c.m, c.n, c.k);
+    let kb = k.div_ceil(128);
+    let kp = k.div_ceil(16) * 16;
+    let nb = n.div_ceil(module.block_rows);
+    let mut rng = rand::rngs::StdRng::seed_from_u64((m * 31 + n * 7 + k) as u64);
+    let (a, a_scales) = quantize_groups(&random_activations(m, k), m, k, 128);
+    let w = random_codes(n * k);
+    let w_scales: Vec<f32> = (0..nb * kb)
+        .map(|_| 2f32.powi(rng.random_range(-3..=3)) * rng.random_range(0.5f32..1.0) / 448.0)
+        .collect();
+    let bias: Vec<f32> = (0..n).map(|j| (j % 5) as f32 * 0.5 - 1.0).collect();
+    let bm = 32 * module.mt as usize;
+    let kb_per_split = kb.div_ceil(c.splits);
+    let splits = kb.div_ceil(kb_per_split);
+    let out_index = match c.out {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        _ => 2,
+    };
+    let params: Vec<i32> = [
+        m,
+        n,
+        k,
+        kp,
+        n.div_ceil(128),
+        m.div_ceil(bm),
+        splits,
+        kb_per_split,
+        out_index,
+        usize::from(c.bias),
+        LAUNCHES,
+    ]
+    .iter()
+    .map(|&v| v as i32)
+    .collect();
+    let mut input = Vec::new();
+    section(&mut input, &le(&params, |v| v.to_le_bytes()));
+    section(&mut input, &padded(&a, m, k, kp));
+    section(&mut input, &le(&a_scales, |v| v.to_le_bytes()));
+    section(&mut input, &padded(&w, n, k, kp));
+    section(&mut input, &le(&w_scales, |v| v.to_le_bytes()));
+    section(&mut input, &le(&bias, |v| v.to_le_bytes()));
+    let what = format!(
+        "MT={} stages={} block {}x128: M={m} N={n} K={k} splits={splits} {} bias {}",
+        module.mt, module.stages, module.block_rows, c.out, c.bias
+    );
+    let raw = model
+        .run(&input, tag)
+        .unwrap_or_else(|e| panic!("{what}: the host model failed: {e}"));
+    let per = raw.len() / LAUNCHES;
+    assert_eq!(
+        per,
+        m * n * if c.out == DType::F32 { 4 } else { 2 },
+        "{what}"
+    );
+    if splits == 1 {
+        for l in 1..LAUNCHES {
+            assert!(
+                raw[..per] == raw[l * per..(l + 1) * per],
+                "{what}: launch {l} (another block order) differs from launch 0"
+            );
+        }
+    }
+    let mut want = block_gemm_f64(
+        &a,
+        &a_scales,
+        &w,
+        &w_scales,
+        m,
+        n,
+        k,
+        (module.block_rows, 128),
+    );
+    if c.bias {
+        for (i, v) in want.iter_mut().enumerate() {
+            *v += bias[i % n] as f64;
+        }
+    }
+    for l in 0..LAUNCHES {
+        let got = decode(&raw[l * per..(l + 1) * per], c.out);
+        let cmp = compare(&got, &want, n, Tolerance::cpu(c.out));
+        if l == 0 {
+            eprintln!("host model {what}: {}", cmp.summary());
+        }
+        cmp.assert_ok(&format!("{what}, launch {l}"));
+    }
+}
+
+/// Builds each module of `pick` (indices into [`MODULES`]) under `sanitizers` and runs its
+/// first `calls` calls.
+fn run_modules(sanitizers: &str, tag: &str, pick: &[usize], calls: usize) {
+    for &i in pick {
+        let module = &MODULES[i];
+        let spec = block_gemm_module(module.mt, module.stages, (module.block_rows, 128));
+        let Some(model) = HostModel::build(
+            &format!("{tag}{i}"),
+            DRIVER,
+            spec.source,
+            &spec.options,
+            sanitizers,
+        ) else {
+            return;
+        };
+        for (j, c) in module.calls.iter().take(calls).enumerate() {
+            run_call(&model, module, c, &format!("call{j}"));
+        }
+    }
+}
+
+/// Every module and call under the address and undefined-behaviour sanitizers.
+#[test]
+fn the_portable_kernel_source_runs_on_the_host_model() {
+    run_modules(
+        "address,undefined",
+        "portable-asan",
+        &[0, 1, 2, 3],
+        usize::MAX,
+    );
+}
+
+/// The 2- and 4-stage pipelines under the thread sanitizer: a shared-memory access that no
+/// barrier orders against another thread's is reported.
+#[test]
+fn the_portable_kernel_has_no_shared_memory_race() {
+    run_modules("thread", "portable-tsan", &[0, 2], 1);
+}
