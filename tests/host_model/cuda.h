@@ -47,7 +47,28 @@ struct alignas(16) float4 {
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+    return uint4{x, y, z, w};
+}
+
+// Cache-hinted loads and stores are plain ones here.
+template <typename T>
+inline T __ldg(const T* p) {
+    return *p;
+}
+template <typename T>
+inline T __ldcg(const T* p) {
+    return *p;
+}
+template <typename T>
+inline void __stcg(T* p, T v) {
+    *p = v;
+}
 
 // The dynamic shared memory of the running block (the driver substitutes it for the
 // kernel's `extern __shared__` array), 227 KiB like an H100's opt-in limit.
@@ -60,6 +81,16 @@ inline void __syncthreads() { block_barrier->arrive_and_wait(); }
 inline void __syncwarp() { warp_barrier[threadIdx.x >> 5]->arrive_and_wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+inline unsigned atomicMax(unsigned* p, unsigned v) {
+    unsigned old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST,
+                                                   __ATOMIC_SEQ_CST)) {
+    }
+    return old;
+}
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 
 inline float __uint_as_float(u32 u) {

@@ -9,10 +9,16 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const FILES: [(&str, &str); 3] = [
+use fp8_linear::cuda::runtime::ModuleSpec;
+use fp8_linear::DType;
+use half::{bf16, f16};
+use rand::{Rng, SeedableRng};
+
+const FILES: [(&str, &str); 4] = [
     ("cuda.h", include_str!("../host_model/cuda.h")),
     ("common.h", include_str!("../host_model/common.h")),
     ("block_gemm.h", include_str!("../host_model/block_gemm.h")),
+    ("decode_gemm.h", include_str!("../host_model/decode_gemm.h")),
 ];
 
 /// A kernel source for the host: its dynamic shared memory array (`extern __shared__ ...
@@ -46,15 +52,14 @@ pub struct HostModel {
 }
 
 impl HostModel {
-    /// Compiles `driver` (a C++ file of `tests/host_model/`) with the kernel `source` (as
-    /// NVRTC gets it) and its NVRTC `defines` (`-DMT=2`), under `sanitizers`
-    /// (`-fsanitize=`). None, after printing why, without a C++20 compiler (`CXX`, else
-    /// `c++`); panics when the model does not compile.
+    /// Compiles `driver` (a C++ file of `tests/host_model/`) with the kernel module `spec`
+    /// (its source and `-D` options, as NVRTC gets them) under `sanitizers` (`-fsanitize=`).
+    /// None, after printing why, without a C++20 compiler (`CXX`, else `c++`); panics when
+    /// the model does not compile.
     pub fn build(
         tag: &str,
         driver: &str,
-        source: &str,
-        defines: &[String],
+        spec: &ModuleSpec,
         sanitizers: &str,
     ) -> Option<HostModel> {
         let dir = std::env::temp_dir().join(format!("fp8-host-model-{tag}-{}", std::process::id()));
@@ -63,7 +68,8 @@ impl HostModel {
             std::fs::write(dir.join(name), text).expect("host model header");
         }
         std::fs::write(dir.join("main.cpp"), driver).expect("host model driver");
-        std::fs::write(dir.join("kernel.inc"), host_source(source)).expect("host model kernel");
+        std::fs::write(dir.join("kernel.inc"), host_source(spec.source))
+            .expect("host model kernel");
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
         let exe = dir.join("model");
         let out = Command::new(&cxx)
@@ -79,7 +85,7 @@ impl HostModel {
                 "-DKERNEL_INC=\"kernel.inc\"",
             ])
             .arg(format!("-fsanitize={sanitizers}"))
-            .args(defines)
+            .args(&spec.options)
             .arg("main.cpp")
             .arg("-o")
             .arg(&exe)
@@ -140,6 +146,81 @@ pub fn section(buf: &mut Vec<u8>, bytes: &[u8]) {
 /// The little-endian bytes of `v`, element by element.
 pub fn le<T, const N: usize>(v: &[T], f: impl Fn(&T) -> [u8; N]) -> Vec<u8> {
     v.iter().flat_map(f).collect()
+}
+
+/// The bytes of a model's output of dtype `dt` as f32.
+pub fn decode_output(raw: &[u8], dt: DType) -> Vec<f32> {
+    match dt {
+        DType::F32 => raw
+            .chunks(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        DType::F16 => raw
+            .chunks(2)
+            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        _ => raw
+            .chunks(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+    }
+}
+
+/// `x` in float dtype `d` as bytes, and the values a kernel reads from them.
+pub fn encode_input(x: &[f32], d: DType) -> (Vec<u8>, Vec<f32>) {
+    match d {
+        DType::F16 => {
+            let h: Vec<f16> = x.iter().map(|v| f16::from_f32(*v)).collect();
+            (
+                le(&h, |v| v.to_le_bytes()),
+                h.iter().map(|v| v.to_f32()).collect(),
+            )
+        }
+        DType::Bf16 => {
+            let h: Vec<bf16> = x.iter().map(|v| bf16::from_f32(*v)).collect();
+            (
+                le(&h, |v| v.to_le_bytes()),
+                h.iter().map(|v| v.to_f32()).collect(),
+            )
+        }
+        _ => (le(x, |v| v.to_le_bytes()), x.to_vec()),
+    }
+}
+
+/// Rows of `cols` FP8 codes padded to a row stride of `ld` with zero codes.
+pub fn padded_rows(codes: &[u8], rows: usize, cols: usize, ld: usize) -> Vec<u8> {
+    let mut v = vec![0u8; rows * ld];
+    for r in 0..rows {
+        v[r * ld..r * ld + cols].copy_from_slice(&codes[r * cols..(r + 1) * cols]);
+    }
+    v
+}
+
+/// `count` weight block scales `2^[-3, 3] * [0.5, 1) / 448`, seeded by `seed`.
+pub fn random_block_scales(count: usize, seed: u64) -> Vec<f32> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..count)
+        .map(|_| 2f32.powi(rng.random_range(-3..=3)) * rng.random_range(0.5f32..1.0) / 448.0)
+        .collect()
+}
+
+/// The f64 block-scaled reference of FP8 codes `a` [m, k] (1 x 128 scales `a_scales`) times
+/// `w` [n, k] (`rows` x 128 blocks `w_scales`), plus `bias` when given.
+pub fn block_reference(
+    (a, a_scales): (&[u8], &[f32]),
+    (w, w_scales): (&[u8], &[f32]),
+    (m, n, k): (usize, usize, usize),
+    rows: usize,
+    bias: Option<&[f32]>,
+) -> Vec<f64> {
+    let mut want =
+        fp8_linear::cpu::reference::block_gemm_f64(a, a_scales, w, w_scales, m, n, k, (rows, 128));
+    if let Some(b) = bias {
+        for (i, v) in want.iter_mut().enumerate() {
+            *v += b[i % n] as f64;
+        }
+    }
+    want
 }
 
 #[cfg(test)]

@@ -7,15 +7,14 @@
 //! calls must also be bit-identical over three block orders. Skips with a printed reason
 //! without a C++20 compiler.
 
-use fp8_linear::cpu::reference::block_gemm_f64;
 use fp8_linear::cuda::sources::block_gemm_module;
 use fp8_linear::DType;
 use fp8_linear_tests::check::{compare, Tolerance};
-use fp8_linear_tests::host_model::{le, section, HostModel};
+use fp8_linear_tests::host_model::{
+    block_reference, decode_output, le, padded_rows, random_block_scales, section, HostModel,
+};
 use fp8_linear_tests::layers::{random_activations, random_codes};
 use fp8_linear_tests::oracle::quantize_groups;
-use half::{bf16, f16};
-use rand::{Rng, SeedableRng};
 
 const DRIVER: &str = include_str!("../host_model/block_gemm_main.cpp");
 const LAUNCHES: usize = 3;
@@ -103,43 +102,14 @@ const MODULES: [Module; 4] = [
     },
 ];
 
-/// Rows of `cols` codes padded to `ld` with zero codes.
-fn padded(codes: &[u8], rows: usize, cols: usize, ld: usize) -> Vec<u8> {
-    let mut v = vec![0u8; rows * ld];
-    for r in 0..rows {
-        v[r * ld..r * ld + cols].copy_from_slice(&codes[r * cols..(r + 1) * cols]);
-    }
-    v
-}
-
-fn decode(raw: &[u8], dt: DType) -> Vec<f32> {
-    match dt {
-        DType::F32 => raw
-            .chunks(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        DType::F16 => raw
-            .chunks(2)
-            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        _ => raw
-            .chunks(2)
-            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-    }
-}
-
 fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     let (m, n, k) = (c.m, c.n, c.k);
     let kb = k.div_ceil(128);
     let kp = k.div_ceil(16) * 16;
     let nb = n.div_ceil(module.block_rows);
-    let mut rng = rand::rngs::StdRng::seed_from_u64((m * 31 + n * 7 + k) as u64);
     let (a, a_scales) = quantize_groups(&random_activations(m, k), m, k, 128);
     let w = random_codes(n * k);
-    let w_scales: Vec<f32> = (0..nb * kb)
-        .map(|_| 2f32.powi(rng.random_range(-3..=3)) * rng.random_range(0.5f32..1.0) / 448.0)
-        .collect();
+    let w_scales = random_block_scales(nb * kb, (m * 31 + n * 7 + k) as u64);
     let bias: Vec<f32> = (0..n).map(|j| (j % 5) as f32 * 0.5 - 1.0).collect();
     let bm = 32 * module.mt as usize;
     let kb_per_split = kb.div_ceil(c.splits);
@@ -167,9 +137,9 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     .collect();
     let mut input = Vec::new();
     section(&mut input, &le(&params, |v| v.to_le_bytes()));
-    section(&mut input, &padded(&a, m, k, kp));
+    section(&mut input, &padded_rows(&a, m, k, kp));
     section(&mut input, &le(&a_scales, |v| v.to_le_bytes()));
-    section(&mut input, &padded(&w, n, k, kp));
+    section(&mut input, &padded_rows(&w, n, k, kp));
     section(&mut input, &le(&w_scales, |v| v.to_le_bytes()));
     section(&mut input, &le(&bias, |v| v.to_le_bytes()));
     let what = format!(
@@ -193,23 +163,15 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
             );
         }
     }
-    let mut want = block_gemm_f64(
-        &a,
-        &a_scales,
-        &w,
-        &w_scales,
-        m,
-        n,
-        k,
-        (module.block_rows, 128),
+    let want = block_reference(
+        (&a, &a_scales),
+        (&w, &w_scales),
+        (m, n, k),
+        module.block_rows,
+        c.bias.then_some(&bias[..]),
     );
-    if c.bias {
-        for (i, v) in want.iter_mut().enumerate() {
-            *v += bias[i % n] as f64;
-        }
-    }
     for l in 0..LAUNCHES {
-        let got = decode(&raw[l * per..(l + 1) * per], c.out);
+        let got = decode_output(&raw[l * per..(l + 1) * per], c.out);
         let cmp = compare(&got, &want, n, Tolerance::cpu(c.out));
         if l == 0 {
             eprintln!("host model {what}: {}", cmp.summary());
@@ -224,13 +186,7 @@ fn run_modules(sanitizers: &str, tag: &str, pick: &[usize], calls: usize) {
     for &i in pick {
         let module = &MODULES[i];
         let spec = block_gemm_module(module.mt, module.stages, (module.block_rows, 128));
-        let Some(model) = HostModel::build(
-            &format!("{tag}{i}"),
-            DRIVER,
-            spec.source,
-            &spec.options,
-            sanitizers,
-        ) else {
+        let Some(model) = HostModel::build(&format!("{tag}{i}"), DRIVER, &spec, sanitizers) else {
             return;
         };
         for (j, c) in module.calls.iter().take(calls).enumerate() {

@@ -46,6 +46,7 @@ typedef In<DEC_IN>::E InE;
 // banks), then their scales [8 NT][kbps].
 __device__ __forceinline__ int act_stride(int kbps) { return kbps * KBLK + 64; }
 
+#ifndef FP8_HOST_MODEL  // PTX helpers (the host model has C++ versions)
 // A streamed 16-byte weight load (no L1 allocation, 256-byte L2 prefetch: the next K block
 // of the row).
 __device__ __forceinline__ uint4 ldg_stream(const u8* p) {
@@ -55,6 +56,7 @@ __device__ __forceinline__ uint4 ldg_stream(const u8* p) {
                  : "l"(p));
     return v;
 }
+#endif  // FP8_HOST_MODEL
 
 __device__ __forceinline__ u32 word(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
