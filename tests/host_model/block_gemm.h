@@ -16,10 +16,8 @@ inline void cp_async_wait() {
 // ldmatrix.sync.aligned.m8n8.x4.b16: lanes 8i..8i+7 give the row addresses of matrix i; lane
 // l receives, of each matrix, the 4 bytes of row l / 4 at byte 4 * (l % 4).
 inline void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    WarpExchange& x = warp_exchange[warp];
-    x.w[lane][0] = addr;
-    __syncwarp();
+    const int lane = threadIdx.x & 31;
+    const WarpExchange& x = warp_post(&addr, 1);
     u32 r[4];
     for (int i = 0; i < 4; i++) {
         const u32 row = x.w[8 * i + lane / 4][0];

@@ -2,7 +2,7 @@
 // one call (the GEMM, then the split-K finalize when split) several times, the GEMM's blocks
 // in a different order each time, and writes every call's output.
 //
-//   block_gemm_host INPUT OUTPUT
+//   model INPUT OUTPUT
 //
 // INPUT sections (u64 byte count, bytes): params (i32: M N K kp gn gm splits kb_per_split
 // out_dtype has_bias launches), A codes [M, kp], As [M, Kbs] f32, B codes [N, kp], Bs

@@ -18,13 +18,9 @@ inline float e4m3_value(u32 code) {
 // g (a0, a2) and g + 8 (a1, a3) at K 4t..4t+3 (a0, a1) and 16 + 4t.. (a2, a3), B column g at
 // K 4t.. (b0) and 16 + 4t.. (b1), and the accumulators of rows g / g + 8, columns 2t, 2t + 1.
 inline void mma_e4m3(float* c, const u32* a, const u32* b) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    WarpExchange& x = warp_exchange[warp];
-    for (int i = 0; i < 4; i++) x.w[lane][i] = a[i];
-    x.w[lane][4] = b[0];
-    x.w[lane][5] = b[1];
-    __syncwarp();
-    const int g = lane >> 2, t = lane & 3;
+    const u32 mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+    const WarpExchange& x = warp_post(mine, 6);
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float r[4];
     for (int i = 0; i < 4; i++) {
         const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);

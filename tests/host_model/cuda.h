@@ -143,11 +143,17 @@ struct WarpExchange {
 };
 inline WarpExchange warp_exchange[32];
 
-inline u32 __shfl_xor_sync(unsigned, u32 v, int o) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    warp_exchange[warp].w[lane][0] = v;
+// Posts this lane's `count` words and meets its warp: the warp's words are then in the
+// returned buffer until the lane calls __syncwarp() again.
+inline WarpExchange& warp_post(const u32* words, int count) {
+    WarpExchange& x = warp_exchange[threadIdx.x >> 5];
+    for (int i = 0; i < count; i++) x.w[threadIdx.x & 31][i] = words[i];
     __syncwarp();
-    const u32 r = warp_exchange[warp].w[lane ^ o][0];
+    return x;
+}
+
+inline u32 __shfl_xor_sync(unsigned, u32 v, int o) {
+    const u32 r = warp_post(&v, 1).w[(threadIdx.x & 31) ^ o][0];
     __syncwarp();
     return r;
 }

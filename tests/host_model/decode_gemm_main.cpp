@@ -2,7 +2,7 @@
 // runs one call several times, the blocks in a different order each time, and writes every
 // call's output. Exit status 3 when a tile counter is not zero after a call.
 //
-//   decode_gemm_host INPUT OUTPUT
+//   model INPUT OUTPUT
 //
 // INPUT sections (u64 byte count, bytes): params (i32: M N K ldw s_ld tiles splits kbps vec
 // has_bias launches), x [M, K] (the module's input dtype), W codes [N, ldw], Bs f32
