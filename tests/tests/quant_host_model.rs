@@ -1,0 +1,197 @@
+//! The host model of the activation quantization kernels (`cu/quant.cu`: `quant_groups`
+//! and `quant_rows`, which every block-scaled and per-token GPU path runs): the kernels' own
+//! source compiled on the CPU (tests/src/host_model.rs) under the address and
+//! undefined-behaviour sanitizers, checked bit for bit against the CPU quantizer
+//! (`cpu::quantize`) on the awkward activations (28 binades, outliers, an all-zero group,
+//! exact e4m3 ties, values below the absmax floor) and on ties under a scale of 7 (which only
+//! a correctly rounded division gets right): f32 / f16 / bf16 input, groups of 8, 32
+//! and 128 with a ragged last group, f32 and ue8m0 scales, per-token scales with and
+//! without an upper bound, codes padded to a 16-byte row stride. Skips with a printed reason
+//! without a C++20 compiler.
+
+use fp8_linear::cpu::quantize::{per_token_fmt_into, per_token_group_fmt};
+use fp8_linear::cuda::sources::quant_module;
+use fp8_linear::{DType, ScaleDtype};
+use fp8_linear_tests::host_model::{encode_input, le, section, HostModel};
+use fp8_linear_tests::layers::nasty_activations;
+use fp8_linear_tests::oracle::magnitudes;
+
+const DRIVER: &str = include_str!("../host_model/quant_main.cpp");
+
+/// Rows whose every 128-group is 3136 (so the scale is exactly 7) then e4m3 midpoints times
+/// 7: x / scale is an exact tie, which x times the f32 reciprocal of 7 (0.36 ulp off) misses
+/// for midpoints of large mantissa (the kernels' correctly rounded division is what keeps
+/// these codes equal to the CPU's).
+fn scaled_ties(m: usize, k: usize) -> Vec<f32> {
+    let grid = magnitudes();
+    (0..m * k)
+        .map(|i| {
+            let c = i % k;
+            if c.is_multiple_of(128) {
+                3136.0
+            } else {
+                let j = (c * 7 + i / k) % 126;
+                let mid = ((grid[j] + grid[j + 1]) / 2.0) as f32 * 7.0;
+                if c.is_multiple_of(2) {
+                    mid
+                } else {
+                    -mid
+                }
+            }
+        })
+        .collect()
+}
+
+/// One quantization: groups of `group` (None: per token, with `ub`), input dtype, M x K,
+/// the scaled ties instead of the awkward activations.
+struct Case {
+    ties: bool,
+    group: Option<usize>,
+    ub: Option<f32>,
+    dt: DType,
+    m: usize,
+    k: usize,
+    fmt: ScaleDtype,
+}
+
+/// A case: (ties, group, ub, dtype, M, K, scale format).
+const fn case(
+    ties: bool,
+    group: Option<usize>,
+    ub: Option<f32>,
+    dt: DType,
+    (m, k): (usize, usize),
+    fmt: ScaleDtype,
+) -> Case {
+    Case {
+        ties,
+        group,
+        ub,
+        dt,
+        m,
+        k,
+        fmt,
+    }
+}
+
+const CASES: [Case; 8] = [
+    case(
+        false,
+        Some(128),
+        None,
+        DType::Bf16,
+        (5, 1000),
+        ScaleDtype::F32,
+    ),
+    case(
+        false,
+        Some(128),
+        None,
+        DType::F16,
+        (4, 1000),
+        ScaleDtype::Ue8m0,
+    ),
+    case(false, Some(32), None, DType::F32, (4, 300), ScaleDtype::F32),
+    case(false, Some(8), None, DType::Bf16, (3, 77), ScaleDtype::F32),
+    case(false, None, None, DType::Bf16, (5, 1000), ScaleDtype::F32),
+    case(
+        false,
+        None,
+        Some(50.0),
+        DType::F32,
+        (4, 300),
+        ScaleDtype::Ue8m0,
+    ),
+    case(
+        true,
+        Some(128),
+        None,
+        DType::Bf16,
+        (3, 384),
+        ScaleDtype::F32,
+    ),
+    case(true, None, None, DType::F32, (2, 256), ScaleDtype::F32),
+];
+
+fn run_case(model: &HostModel, c: &Case, tag: &str) {
+    let (m, k) = (c.m, c.k);
+    let ldq = k.div_ceil(16) * 16;
+    let x = if c.ties {
+        scaled_ties(m, k)
+    } else {
+        nasty_activations(m, k)
+    };
+    let (xb, seen) = encode_input(&x, c.dt);
+    let group = c.group.unwrap_or(k);
+    let dt = match c.dt {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        _ => 2,
+    };
+    let elem = if c.dt == DType::F32 { 4 } else { 2 };
+    let vec = usize::from((k * elem).is_multiple_of(16));
+    let params: Vec<i32> = [
+        usize::from(c.group.is_none()),
+        dt,
+        m,
+        k,
+        ldq,
+        group,
+        usize::from(c.fmt == ScaleDtype::Ue8m0),
+        vec,
+        usize::from(c.ub.is_some()),
+    ]
+    .iter()
+    .map(|&v| v as i32)
+    .collect();
+    let mut input = Vec::new();
+    section(&mut input, &le(&params, |v| v.to_le_bytes()));
+    section(
+        &mut input,
+        &le(&c.ub.into_iter().collect::<Vec<f32>>(), |v| v.to_le_bytes()),
+    );
+    section(&mut input, &xb);
+    let what = format!(
+        "{} M={m} K={k} group {:?} ub {:?} {:?} ties {}",
+        c.dt, c.group, c.ub, c.fmt, c.ties
+    );
+    let raw = model
+        .run(&input, tag)
+        .unwrap_or_else(|e| panic!("{what}: the host model failed: {e}"));
+    let (want_q, want_s) = match c.group {
+        Some(g) => per_token_group_fmt(&seen, m, k, g, c.fmt),
+        None => {
+            let (mut q, mut s) = (vec![0u8; m * k], vec![0f32; m]);
+            per_token_fmt_into(&seen, k, c.ub, c.fmt, &mut q, &mut s);
+            (q, s)
+        }
+    };
+    assert_eq!(raw.len(), m * ldq + 4 * want_s.len(), "{what}");
+    for r in 0..m {
+        let got = &raw[r * ldq..(r + 1) * ldq];
+        assert_eq!(
+            &got[..k],
+            &want_q[r * k..(r + 1) * k],
+            "{what}: codes of row {r}"
+        );
+        assert!(got[k..].iter().all(|&b| b == 0), "{what}: row {r} padding");
+    }
+    let got_s: Vec<u32> = raw[m * ldq..]
+        .chunks(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let want_bits: Vec<u32> = want_s.iter().map(|v| v.to_bits()).collect();
+    assert_eq!(got_s, want_bits, "{what}: scales");
+    eprintln!("host model quant {what}: codes and scales bit-identical");
+}
+
+#[test]
+fn the_quantization_kernels_match_the_cpu_quantizer_bit_for_bit() {
+    let Some(model) = HostModel::build("quant-asan", DRIVER, &quant_module(), "address,undefined")
+    else {
+        return;
+    };
+    for (i, c) in CASES.iter().enumerate() {
+        run_case(&model, c, &format!("case{i}"));
+    }
+}
