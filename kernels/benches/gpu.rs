@@ -2,8 +2,9 @@
 //! kernel of the block-scaled and scaled tables that can run on this GPU (forcible kernels
 //! included) on M in {1, 16, 64, 128, 512, 4096} x (N, K) of DeepSeek-V3-style layers, in
 //! TFLOP/s and as a ratio to cuBLASLt block-scaled in the same run; activation quantization
-//! (1x128 groups) in GB/s against a device-to-device copy. Prints "skipped: no CUDA device"
-//! and exits 0 without a GPU. A compact summary table is printed last.
+//! (1x128 groups) in GB/s against a device-to-device copy; last, the GPU's `mma.sync`
+//! ceilings (f16 and FP8: the bound of the portable kernel). Prints "skipped: no CUDA
+//! device" and exits 0 without a GPU. A compact summary table is printed before the ceilings.
 //!
 //! `cargo bench -p fp8-linear --bench gpu` (`FP8_BENCH_QUICK=1` for a 3-shape subset)
 
@@ -21,6 +22,7 @@ use half::bf16;
 use rand::Rng;
 
 mod common;
+use common::mma_peak::MmaPeak;
 use common::{median, random_codes, random_scales, runs_on, weights_for};
 
 const MS: [usize; 6] = [1, 16, 64, 128, 512, 4096];
@@ -307,4 +309,12 @@ fn main() {
     bench_gemms(&mut c, &mut bench, &shapes, &mut results);
     c.final_summary();
     print_summary(&gpu, &results, &shapes, &quant);
+    // The mma.sync ceilings: what the portable (and decode) kernels can reach on this GPU.
+    match MmaPeak::new(&gpu).and_then(|p| p.tflops(&gpu)) {
+        Ok((f16, e4m3)) => println!(
+            "\nmma.sync ceilings on this GPU: f16 m16n8k16 {f16:.0} TFLOP/s; e4m3 m16n8k32 {}",
+            e4m3.map_or("- (needs sm_89)".to_string(), |t| format!("{t:.0} TFLOP/s"))
+        ),
+        Err(e) => println!("\nmma.sync ceilings: FAILED: {e}"),
+    }
 }

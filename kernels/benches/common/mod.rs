@@ -2,8 +2,11 @@
 //! not build `benches/common/` as a bench of its own): random FP8 weights and scales, the
 //! [`LayerWeights`] of a layer config, whether a CUDA kernel runs on a GPU, the median of
 //! samples, the read-only L2 flush, the read-once kernel (the practical floor of a GEMM
-//! that streams its weight once) and CUDA-graph capture.
+//! that streams its weight once), CUDA-graph capture, and ([`mma_peak`]) the `mma.sync`
+//! ceilings.
 #![allow(dead_code)] // each bench uses a part
+
+pub mod mma_peak;
 
 use std::sync::Arc;
 
