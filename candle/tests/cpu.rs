@@ -264,9 +264,21 @@ fn other_float_inputs_are_computed_in_the_layer_dtype() {
     assert_eq!(y32.dtype(), DType::F32);
     let y16 = layer.forward(&x.to_dtype(DType::BF16).unwrap()).unwrap();
     assert_eq!(to_f32(&y32), to_f32(&y16));
-    let yh = layer.forward(&x.to_dtype(DType::F16).unwrap()).unwrap();
+    let xh = x.to_dtype(DType::F16).unwrap();
+    let yh = layer.forward(&xh).unwrap();
     assert_eq!(yh.dtype(), DType::F16);
-    assert!(rel(&to_f32(&yh), &to_f32(&y16)) < 1e-2);
+    // Exactly the layer's computation on the f16 input converted to bf16, converted back.
+    let via_bf16 = layer
+        .forward(&xh.to_dtype(DType::BF16).unwrap())
+        .unwrap()
+        .to_dtype(DType::F16)
+        .unwrap();
+    assert_eq!(to_f32(&yh), to_f32(&via_bf16));
+    // Against the bf16 input: f32 -> f16 -> bf16 rounds a few activations one bf16 ulp away
+    // from f32 -> bf16, which can move a group's scale and re-round its e4m3 codes, so the
+    // two differ by up to the quantization noise (over 150 random draws: median 3.4e-3, 99th
+    // percentile 2.5e-2, largest 3.0e-2; a bound of 1e-2 here failed about 1 run in 30).
+    assert!(rel(&to_f32(&yh), &to_f32(&y16)) < 6e-2);
     // Non-contiguous input (a transposed view).
     let xt = Tensor::from_slice(&activations(4, k), (k, 4), &Device::Cpu)
         .unwrap()
