@@ -1,6 +1,8 @@
 //! Marlin FP8 W8A16 on the GPU against a bf16 cuBLASLt GEMM on the dequantized weights and
 //! the FP8 block-scaled kernels (cuBLASLt block-scaled, portable mma.sync), in one run, with
-//! the weight-bandwidth floor (N*K bytes over the measured device copy bandwidth) beside.
+//! the weight-bandwidth floor (N*K bytes over the measured device copy bandwidth) and the
+//! read-once kernel (the N*K FP8 weight read once with 16-byte loads on every SM, timed and
+//! flushed the same way: the practical floor) beside.
 //! CUDA-event timing of each launch with the L2 cache flushed before it (a 256 MiB read),
 //! medians; a compact summary table at the end.
 //!
@@ -13,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{random_codes, Flush};
+use common::{random_codes, Flush, ReadOnce};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use fp8_linear::cuda::marlin::plan::MarlinPipeline;
 use fp8_linear::cuda::runtime::cudarc;
@@ -36,6 +38,8 @@ const SHAPES: [(usize, usize); 4] = [(4096, 4096), (4096, 7168), (7168, 16384), 
 /// Per-launch device times in microseconds, by (shape, M, kernel).
 type Times = BTreeMap<((usize, usize), usize, &'static str), Vec<f64>>;
 static TIMES: Mutex<Times> = Mutex::new(BTreeMap::new());
+/// Read-once microseconds by shape.
+static READ_ONCE: Mutex<BTreeMap<(usize, usize), f64>> = Mutex::new(BTreeMap::new());
 
 /// Times `iters` launches, each after an L2 flush, with CUDA events around the launch alone.
 fn timed(
@@ -91,6 +95,8 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
     let mut rng = rand::rng();
     let flush = Flush::new(gpu);
     let blas = CudaBlasLT::new(gpu.stream().clone()).expect("cuBLASLt");
+    let read_once = ReadOnce::new(gpu);
+    let timer = EventTimer::new(gpu).expect("events");
     let mut g = c.benchmark_group("marlin-w8a16");
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(30))
@@ -99,6 +105,15 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
         let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
         let ctx = target.build_ctx(&cfg, &options);
         let codes = random_codes(n * k);
+        let wbuf = DeviceBuffer::from_host(gpu, &codes).expect("upload weight bytes");
+        match read_once.floor_us(gpu, &timer, &flush, &wbuf, (2, 15)) {
+            Ok((t, how)) => {
+                println!("read-once {n}x{k}: {t:.1} us (kernel, blocks/SM, threads: {how:?})");
+                READ_ONCE.lock().unwrap().insert((n, k), t);
+            }
+            Err(e) => println!("read-once {n}x{k}: FAILED: {e}"),
+        }
+        drop(wbuf);
         let (nb, kb) = (n.div_ceil(128), k.div_ceil(128));
         let scales: Vec<f32> = (0..nb * kb)
             .map(|_| 2f32.powi(rng.random_range(-4..=4)) * rng.random_range(0.5f32..1.0) / 448.0)
@@ -238,7 +253,7 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
     }
 }
 
-/// `MARLIN_SWEEP=1`: Marlin under several tunings (pipeline depth, blocks per SM), median
+/// `MARLIN_SWEEP=1`: Marlin under several tunings (ring depth, blocks per SM), median
 /// of 20 flushed launches each, one table.
 fn sweep(gpu: &Arc<Gpu>) {
     let (target, options) = (Target::from_gpu(gpu.clone()), KernelOptions::none());
@@ -299,6 +314,7 @@ fn median(v: &[f64]) -> f64 {
 
 fn summary(bw: f64, gpu: &Gpu) {
     let t = TIMES.lock().unwrap();
+    let ro = READ_ONCE.lock().unwrap();
     println!();
     println!(
         "Marlin FP8 W8A16 on {} (sm_{}{}), bf16 in/out, 128x128 block scales; copy bandwidth {:.2} TB/s; \
@@ -309,12 +325,14 @@ fn summary(bw: f64, gpu: &Gpu) {
         bw / 1e12
     );
     println!(
-        "{:>4} {:>12} | {:>8} {:>8} {:>7} | {:>9} {:>7} | {:>9} {:>9} | {:>8} {:>8}",
+        "{:>4} {:>12} | {:>8} {:>8} {:>8} {:>7} {:>7} | {:>9} {:>7} | {:>9} {:>9} | {:>8} {:>8}",
         "M",
         "N x K",
         "floor us",
+        "read-1x",
         "marlin",
         "%floor",
+        "/ read",
         "bf16 Lt",
         "x bf16",
         "Lt block",
@@ -335,12 +353,17 @@ fn summary(bw: f64, gpu: &Gpu) {
                 })
             };
             println!(
-                "{:>4} {:>12} | {:>8.1} {:>8} {:>7} | {:>9} {:>7} | {:>9} {:>9} | {:>8} {:>8}",
+                "{:>4} {:>12} | {:>8.1} {:>8} {:>8} {:>7} {:>7} | {:>9} {:>7} | {:>9} {:>9} | {:>8} {:>8}",
                 m,
                 format!("{n}x{k}"),
                 floor,
+                fmt(ro.get(&(n, k)).copied()),
                 fmt(mar),
                 mar.map_or("-".into(), |v| format!("{:.0}%", floor / v * 100.0)),
+                match (mar, ro.get(&(n, k))) {
+                    (Some(a), Some(r)) => format!("{:.2}x", a / r),
+                    _ => "-".into(),
+                },
                 fmt(b16),
                 match (mar, b16) {
                     (Some(a), Some(b)) => format!("{:.2}x", b / a),

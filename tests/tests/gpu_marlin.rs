@@ -3,7 +3,8 @@
 //! per-channel / per-tensor / group scales, bias, device weights) does not make: the real
 //! sm_80 / sm_86 machine code assembles, the GPU matches the CPU model of the kernel and
 //! reruns are bit-identical (the split-K reduction is ordered), every pipeline tuning the
-//! bench sweeps gives the same numerics, and selection by force on the real device runs it
+//! bench sweeps gives the same numerics, every activation copy width (ragged K, misaligned
+//! activations) matches the reference, and selection by force on the real device runs it
 //! (host tensors refused with a typed error). Skips without a GPU unless
 //! FP8_REQUIRE_CUDA=1, and visibly (a failure under it unless FP8_ALLOW_ARCH_SKIPS allows
 //! it) on a GPU below sm_80, where the kernel cannot run even forced.
@@ -16,8 +17,8 @@ use fp8_linear::cuda::marlin::{emulate::emulate, repack, SOURCE};
 use fp8_linear::cuda::runtime::Gpu;
 use fp8_linear::cuda::MarlinFp8;
 use fp8_linear::{
-    DType, Fp8Kernel, KernelOptions, LayerConfig, LayerWeights, Linear, Options, Overrides,
-    Registered, Target, Tensor,
+    DType, DeviceMemory, Fp8Kernel, KernelOptions, LayerConfig, LayerWeights, Linear, Options,
+    Overrides, Registered, Target, Tensor,
 };
 use fp8_linear_tests::check::{compare, compare_rows, Tolerance};
 use fp8_linear_tests::gpu::{
@@ -224,4 +225,71 @@ fn forced_selection_on_the_real_device_runs_marlin() {
         matches!(r, Err(fp8_linear::KernelError::Device { .. })),
         "{r:?}"
     );
+}
+
+/// A view of `buf` that starts `elems` 16-bit elements in (a misaligned activation pointer).
+fn offset_view(buf: &AnyBuffer, elems: usize, shape: [usize; 2]) -> Tensor<'_> {
+    let t = buf.tensor([1, 1]);
+    let fp8_linear::Storage::Device(mem, dt) = t.data else {
+        panic!("a device buffer")
+    };
+    let mem = DeviceMemory {
+        ptr: mem.ptr + 2 * elems as u64,
+        bytes: mem.bytes - 2 * elems,
+        ..mem
+    };
+    Tensor::device(mem, dt, shape)
+}
+
+/// The activation copies of every width: K = 3884 (rows of 8-byte multiples) and K = 389
+/// (odd: element copies), activations at 0, 1, 2 and 4 elements into their buffer (16-, 2-,
+/// 4- and 8-byte aligned), ragged N, every M tile; against the f64 reference.
+#[test]
+fn ragged_k_and_unaligned_activations_match_the_reference() {
+    let Some(gpu) = gpu_for_entry_or_skip(
+        "ragged_k_and_unaligned_activations_match_the_reference",
+        &MarlinFp8::ENTRY,
+        true,
+    ) else {
+        return;
+    };
+    for (n, k, dt) in [
+        (200, 3884, DType::Bf16),
+        (200, 3884, DType::F16),
+        (1100, 389, DType::Bf16),
+    ] {
+        let cfg = LayerConfig::block_128(n, k, dt, dt);
+        let (w, ws) = random_block_weight(n, k, 9);
+        let weights = LayerWeights::new(
+            Tensor::fp8(&w, [n, k]),
+            Tensor::f32(&ws, [n.div_ceil(128), k.div_ceil(128)]),
+        );
+        let mut kernel = marlin(&gpu, &cfg);
+        kernel.process_weights(&weights).unwrap();
+        for off in [0, 1, 2, 4] {
+            for m in [1, 9, 40, 70] {
+                let mut x = vec![0.0f32; off];
+                x.extend(random_activations(m, k));
+                let (xin, exact) = upload_as(&gpu, &x, dt);
+                let mut out = AnyBuffer::poisoned(&gpu, m * n, dt);
+                kernel
+                    .apply(&offset_view(&xin, off, [m, k]), &mut out.tensor_mut([m, n]))
+                    .unwrap_or_else(|e| panic!("apply: {e}"));
+                let rows = check_rows(m, n, k);
+                let want = reference(&exact[off..], &rows, &w, &ws, n, k);
+                let c = compare_rows(
+                    &pick_rows(&out.to_f32(), n, &rows),
+                    &want,
+                    n,
+                    &rows,
+                    Tolerance::for_kernel(&MarlinFp8::ENTRY, &cfg),
+                );
+                eprintln!(
+                    "MarlinFp8 offset {off} M={m:<3} N={n} K={k} {dt}: {}",
+                    c.summary()
+                );
+                c.assert_ok(&format!("offset {off} M={m} N={n} K={k} {dt}"));
+            }
+        }
+    }
 }

@@ -92,7 +92,7 @@ fn check(config: &LayerConfig, m: usize, scales: &[f32], tol: Tolerance) -> f64 
     let mw = prepare(config, &codes, scales).unwrap();
     assert_eq!(mw.weight.len(), mw.n_pad * mw.k_pad);
     assert_eq!(mw.n_pad % repack::STRIPE, 0);
-    assert_eq!(mw.k_pad % repack::STEP, 0);
+    assert_eq!(mw.k_pad % repack::K_ALIGN, 0);
     let got: Vec<f32> = emulate(&mw, &x, m).iter().map(|v| *v as f32).collect();
     let want = weight_only_f64(&x, &codes, m, n, k, |j, kk| scale_at(config, scales, j, kk));
     let c = compare(&got, &want, n, tol);
@@ -303,12 +303,14 @@ fn padding_is_zero_codes() {
     let (n, k) = (70, 40);
     let codes: Vec<u8> = vec![0x38; n * k]; // all 1.0
     let packed = repack::repack_weight(&codes, n, k);
-    assert_eq!(packed.len(), 128 * 64);
+    // N to 128 (two stripes), K to 256 (one stage of 8 steps)
+    let padded = 128 * repack::K_ALIGN;
+    assert_eq!(packed.len(), padded);
     let ones = packed.iter().filter(|b| **b == 0x38).count();
     assert_eq!(
         ones,
         n * k,
         "every real code appears once, the padding is zero"
     );
-    assert_eq!(packed.iter().filter(|b| **b == 0).count(), 128 * 64 - n * k);
+    assert_eq!(packed.iter().filter(|b| **b == 0).count(), padded - n * k);
 }

@@ -5,8 +5,6 @@
 
 use fp8_linear_cuda::ModuleSpec;
 
-use super::marlin::plan::MarlinPipeline;
-
 /// The text of `cu/<file>`.
 macro_rules! cu {
     ($file:literal) => {
@@ -75,10 +73,10 @@ pub fn decode_module(block: (usize, usize), (input, output): (usize, usize)) -> 
     scale_block_options(spec, block)
 }
 
-/// The Marlin module with the pipeline depth and occupancy of `tuning`. Load it with
-/// [`Gpu::module_for`](fp8_linear_cuda::Gpu::module_for) to compile for an older target.
-pub fn marlin_module(tuning: &MarlinPipeline) -> ModuleSpec {
-    ModuleSpec::new("marlin_w8a16", MARLIN).with_options(tuning.defines())
+/// The Marlin module. Load it with [`Gpu::module_for`](fp8_linear_cuda::Gpu::module_for) to
+/// compile for an older target.
+pub fn marlin_module() -> ModuleSpec {
+    ModuleSpec::new("marlin_w8a16", MARLIN)
 }
 
 #[cfg(test)]
@@ -161,7 +159,7 @@ mod tests {
         ] {
             assert_eq!(spec.source, format!("{COMMON}\n{body}"), "{}", spec.name);
         }
-        assert_eq!(marlin_module(&MarlinPipeline::default()).source, MARLIN);
+        assert_eq!(marlin_module().source, MARLIN);
         assert!(hopper_module((32, 32)).arch_specific);
         // 128 x 128 blocks are the sources' default; other blocks are `-D` options.
         assert!(block_gemm_module(1, 4, (128, 128)).options.len() == 2);
@@ -177,7 +175,6 @@ mod tests {
             eprintln!("skipped: {e}");
             return;
         }
-        let tuning = MarlinPipeline::default();
         // FP8 mma needs sm_89; wgmma and TMA sm_90a; Marlin's bf16 mma sm_80.
         let specs: [(ModuleSpec, &[&str]); 16] = [
             (quant_module(), &["sm_80", "sm_89", "sm_90"]),
@@ -192,7 +189,7 @@ mod tests {
             (hopper_module((32, 32)), &["sm_90a"]),
             (hopper_module((64, 64)), &["sm_90a"]),
             (hopper_module((128, 64)), &["sm_90a"]),
-            (marlin_module(&tuning), &["sm_80", "sm_86", "sm_89"]),
+            (marlin_module(), &["sm_80", "sm_86", "sm_89"]),
             (decode_module((128, 128), (2, 2)), &["sm_89", "sm_90"]),
             (decode_module((128, 128), (0, 1)), &["sm_90"]),
             (decode_module((8, 128), (1, 0)), &["sm_90"]),

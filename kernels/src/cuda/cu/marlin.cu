@@ -1,18 +1,21 @@
 // Marlin-class FP8 weight-only (W8A16) GEMM: out[M, N] = x[M, K] @ (W[N, K] * scales)^T.
 //
-// Header-free CUDA C, compiled at run time by NVRTC (sm_80 and newer: bf16 mma and
-// fma.bf16x2 need sm_80).
+// Header-free CUDA C, compiled at run time by NVRTC (sm_80 and newer: bf16 mma, fma.bf16x2
+// and cp.async need sm_80).
 //
 // Orientation: the tensor-core mma m16n8k16 computes out^T = W . x^T, so the FP8 weight is
 // the A operand (16 output channels x 16 K) and the activations are the B operand (16 K x 8
-// rows of M). A decode step (M <= 8) then wastes nothing on padding M to 16.
+// rows of M). A decode step (M <= 8) then wastes nothing on padding M to 16; up to 8 such
+// 8-row tiles (64 rows) share one dequantized weight fragment.
 //
 // Weights are repacked on the host (repack.rs) into stripes of 64 output channels; one
-// stripe holds, per 32-wide K step, 4 tiles of 16 channels x 32 K = 512 bytes, one 16-byte
-// word per lane, which is exactly what that lane's A fragments for the two k16 mmas of the
-// step need. Inside a step the logical K order is permuted (a dot product does not care):
-// lane (g, t) covers K offsets 8t..8t+7 of the step, mma #s takes offsets 8t+4s..8t+4s+3,
-// so the activation fragments are one 16-byte load of x[m][k0 + 8t .. k0 + 8t + 8).
+// stripe holds, per 32-wide K step (a "unit"), 4 tiles of 16 channels x 32 K = 512 bytes,
+// one 16-byte word per lane, which is exactly what that lane's A fragments for the two k16
+// mmas of the step need. Inside a step the logical K order is permuted (a dot product does
+// not care): lane (g, t) covers K offsets 8t..8t+7 of the step, mma #s takes offsets
+// 8t+4s..8t+4s+3, so the activation fragment is one 16-byte word x[m][k0 + 8t .. + 8).
+// Stripes are padded along K to whole stages (8 units), so the weight is one contiguous
+// sequence of 16 KiB stages, stripe after stripe.
 //
 // Dequantization without conversion instructions: for each byte keep the sign, shift the
 // 7 exponent+mantissa bits into the 16-bit float's fields (right shift 1 for f16, 4 for
@@ -21,10 +24,16 @@
 // group scales (relative to a per-channel f32 scale) multiply the dequantized fragment
 // before each mma, the per-channel f32 scale multiplies the f32 accumulators at the end.
 //
-// Work split: grid (M chunks, N stripes, K splits), 4 warps per block. The warps of a block
-// split the block's K range (interleaved steps) and are reduced through shared memory; the
-// K splits of one tile are reduced through an f32 workspace by the block that arrives last
-// (a per-tile counter), in a fixed order, so results are deterministic.
+// Work split ("striped"): the stripes' stages, laid end to end, are cut into as many equal
+// contiguous ranges as the GPU holds blocks (grid y); a range may start or end inside a
+// stripe. Each block streams its range through a ring of shared-memory stages filled by
+// cp.async (weights, the stage's group scales and the activation tile), so the loads in
+// flight hold no registers. Its 8 warps split a stage: warp w takes tile w % 4 of units
+// w / 4, w / 4 + 2, ... and the two warps of a tile are summed through shared memory at
+// the end of each stripe segment. A segment that covers its whole stripe writes the output;
+// the pieces of a cut stripe go to an f32 workspace and the block that arrives last (a
+// per-stripe counter) sums them in range order, so results are deterministic. Grid x
+// counts 8 * MT-row chunks of M (each a full pass over the weight).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -33,22 +42,6 @@ typedef unsigned long long u64;
 struct __align__(16) U4 {
     u32 x, y, z, w;
 };
-
-__device__ __forceinline__ U4 ldg_stream(const U4* p) {
-    U4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
-
-__device__ __forceinline__ U4 ldg_cached(const U4* p) {
-    U4 r;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
 
 // Bytes 1 and 3 of q as two 16-bit floats (low half <- byte 1, high half <- byte 3).
 template <int BF16>
@@ -62,6 +55,10 @@ template <int BF16>
 __device__ __forceinline__ u32 deq_lo(u32 q) {
     return deq_hi<BF16>(q << 8);
 }
+
+// ---- BEGIN DEVICE PRIMITIVES ----
+// Every PTX instruction the kernel uses is in this section (the host model of the kernel,
+// tests/marlin_host, swaps it for C++ equivalents to run the rest of this file on a CPU).
 
 // a * b on two 16-bit floats (no flush of subnormals). fma with -0 is exactly a * b.
 template <int BF16>
@@ -113,14 +110,49 @@ __device__ __forceinline__ u16 to16(float v) {
     return r;
 }
 
-// Registers of one K step in flight: 4 weight words (one per 16-channel tile), the scale
-// word of the step's group, and one activation word per 8-row M tile.
-template <int MT>
-struct Stage {
-    U4 w[4];
-    U4 s;
-    U4 x[MT];
-};
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp16(u32 dst, const void* src, u32 src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp8(u32 dst, const void* src, u32 src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp4(u32 dst, const void* src, u32 src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+// Waits until at most n committed groups of this thread are pending (n < 8).
+__device__ __forceinline__ void cp_wait(int n) {
+    switch (n) {
+        case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+        case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+        case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+        case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+        case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+        case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+        default: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    }
+}
+// ---- END DEVICE PRIMITIVES ----
+
+// Units (32-wide K steps) per stage, warps and threads per block.
+#define UNITS 8
+#define WARPS 8
+#define THREADS (WARPS * 32)
 
 struct Args {
     const U4* w;         // repacked weights [stripes][ksteps][4][32] x 16 bytes
@@ -129,214 +161,307 @@ struct Args {
     const float* bias;   // [N] f32, or null
     const u16* x;        // activations [M, K], row stride ldx elements
     u16* out;            // output [M, N], row stride ldo elements
-    float* work;         // split-K partials
-    int* counters;       // per-tile arrival counters (zero between launches)
+    float* work;         // partial sums of cut stripes [chunks][ranges][2][64 * 8 * MT]
+    int* counters;       // per (chunk, stripe) arrival counters (zero between launches)
     int m, n, k, ldx, ldo;
-    int ksteps, steps_per_group, groups, splits, steps_per_split, x_vec, m_base;
+    int ksteps;          // K steps per stripe, a multiple of UNITS
+    int steps_per_group, groups;
     int spg_shift;       // log2(steps_per_group) when a power of two, else -1
+    int stripes;
+    int stages;          // depth of the shared-memory ring (2..8)
+    int x_vec;           // bytes per activation copy: 16, 8 or 4; 0 copies element by element
 };
 
+// Shared memory of one stage: weights [unit][tile][lane], scales [unit][g], activations
+// [unit][row][4 x 16 bytes].
 template <int MT>
-__device__ __forceinline__ void load_stage(Stage<MT>& st, const Args& a, int step, int stripe,
-                                           int lane, int row0) {
-    const U4* wp = a.w + ((size_t)stripe * a.ksteps + step) * 128 + lane;
+struct StageLayout {
+    static const int W = UNITS * 4 * 32;   // U4 words
+    static const int S = UNITS * 8;
+    static const int X = UNITS * 8 * MT * 4;
+    static const int WORDS = W + S + X;
+};
+
+// First stage of range b of a grid of `ranges` over `total` stages.
+__device__ __forceinline__ long long range_start(long long b, long long total, long long ranges) {
+    return b * total / ranges;
+}
+
+// The range that holds stage q.
+__device__ __forceinline__ int range_of(long long q, long long total, long long ranges) {
+    return (int)(((q + 1) * ranges - 1) / total);
+}
+
+// One activation word (8 elements of a row) into shared memory at `dst`.
+__device__ __forceinline__ void copy_x(const Args& a, u32 dst, U4* dst_ptr, int row, int kk) {
+    const bool row_ok = row < a.m;
+    const u16* p = a.x + (size_t)(row_ok ? row : 0) * a.ldx + kk;
+    if (a.x_vec == 16) {
+        cp16(dst, row_ok && kk < a.k ? (const void*)p : (const void*)a.x,
+             row_ok && kk < a.k ? 16u : 0u);
+    } else if (a.x_vec == 8) {
 #pragma unroll
-    for (int j = 0; j < 4; j++) st.w[j] = ldg_stream(wp + j * 32);
-    const int g = lane >> 2, t = lane & 3;
-    const int grp = a.spg_shift >= 0 ? step >> a.spg_shift : step / a.steps_per_group;
-    st.s = ldg_cached(a.s + ((size_t)stripe * a.groups + grp) * 8 + g);
-    const int kk = step * 32 + 8 * t;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        const int row = row0 + mt * 8 + g;
-        U4 v = {0u, 0u, 0u, 0u};
-        if (row < a.m) {
-            const u16* p = a.x + (size_t)row * a.ldx + kk;
-            if (a.x_vec && kk + 8 <= a.k) {
-                v = ldg_cached(reinterpret_cast<const U4*>(p));
-            } else {
-                u32 e[8];
-#pragma unroll
-                for (int i = 0; i < 8; i++) e[i] = (kk + i < a.k) ? (u32)p[i] : 0u;
-                v.x = e[0] | (e[1] << 16);
-                v.y = e[2] | (e[3] << 16);
-                v.z = e[4] | (e[5] << 16);
-                v.w = e[6] | (e[7] << 16);
-            }
+        for (int h = 0; h < 2; h++) {
+            const bool ok = row_ok && kk + 4 * h < a.k;
+            cp8(dst + 8 * h, ok ? (const void*)(p + 4 * h) : (const void*)a.x, ok ? 8u : 0u);
         }
-        st.x[mt] = v;
+    } else if (a.x_vec == 4) {
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const bool ok = row_ok && kk + 2 * h < a.k;
+            cp4(dst + 4 * h, ok ? (const void*)(p + 2 * h) : (const void*)a.x, ok ? 4u : 0u);
+        }
+    } else {
+        u32 e[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) e[i] = (row_ok && kk + i < a.k) ? (u32)p[i] : 0u;
+        U4 v;
+        v.x = e[0] | (e[1] << 16);
+        v.y = e[2] | (e[3] << 16);
+        v.z = e[4] | (e[5] << 16);
+        v.w = e[6] | (e[7] << 16);
+        *dst_ptr = v;
     }
 }
 
-template <int BF16, int MT>
-__device__ __forceinline__ void compute_stage(const Stage<MT>& st, float (&acc)[4][MT][4]) {
-    const u32 sw[4] = {st.s.x, st.s.y, st.s.z, st.s.w};
+// Issues the copies of stage `ks` of `stripe` into ring slot `buf`, and commits them as one
+// group.
+template <int MT>
+__device__ __forceinline__ void issue_stage(const Args& a, U4* buf, int stripe, int ks,
+                                            int row0) {
+    typedef StageLayout<MT> L;
+    const int tid = threadIdx.x;
+    const int step0 = ks * UNITS;
+    const U4* wsrc = a.w + ((size_t)stripe * a.ksteps + step0) * 128;
+    const u32 wdst = smem_addr(buf);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int i = 0; i < L::W / THREADS; i++) {
+        const int c = tid + i * THREADS;
+        cp16(wdst + 16 * c, wsrc + c, 16u);
+    }
+    if (tid < L::S) {
+        const int u = tid >> 3, g = tid & 7;
+        const int step = step0 + u;
+        int grp = a.spg_shift >= 0 ? step >> a.spg_shift : step / a.steps_per_group;
+        grp = min(grp, a.groups - 1);  // K padding: zero codes, any finite scale
+        cp16(wdst + 16 * (L::W + tid), a.s + ((size_t)stripe * a.groups + grp) * 8 + g, 16u);
+    }
+#pragma unroll
+    for (int i = 0; i < (L::X + THREADS - 1) / THREADS; i++) {
+        const int c = tid + i * THREADS;
+        if (L::X % THREADS == 0 || c < L::X) {
+            const int part = c & 3, row = (c >> 2) % (8 * MT), u = (c >> 2) / (8 * MT);
+            const int kk = (step0 + u) * 32 + part * 8;
+            copy_x(a, wdst + 16 * (L::W + L::S + c), buf + L::W + L::S + c, row0 + row, kk);
+        }
+    }
+    cp_commit();
+}
+
+// The warp's share of one stage: tile `tile` of units kh, kh + 2, kh + 4, kh + 6 (kh is
+// the warp's K half).
+template <int BF16, int MT>
+__device__ __forceinline__ void compute_stage(const U4* buf, int tile, int kh, int lane,
+                                              float (&acc)[MT][4]) {
+    typedef StageLayout<MT> L;
+    const int g = lane >> 2, t = lane & 3;
+    const u32* sc = reinterpret_cast<const u32*>(buf + L::W);
+#pragma unroll
+    for (int i = 0; i < UNITS / 2; i++) {
+        const int u = kh + 2 * i;
+        const U4 q = buf[(u * 4 + tile) * 32 + lane];
+        const u32 sw = sc[(u * 8 + g) * 4 + tile];
         // scale of this lane's channel g (low half) and g + 8 (high half), broadcast to pairs
-        const u32 slo = __byte_perm(sw[j], 0, 0x1010);
-        const u32 shi = __byte_perm(sw[j], 0, 0x3232);
-        const u32 q[4] = {st.w[j].x, st.w[j].y, st.w[j].z, st.w[j].w};
+        const u32 slo = __byte_perm(sw, 0, 0x1010);
+        const u32 shi = __byte_perm(sw, 0, 0x3232);
+        u32 fa[2][4];
+        fa[0][0] = mul2<BF16>(deq_lo<BF16>(q.x), slo);
+        fa[0][2] = mul2<BF16>(deq_hi<BF16>(q.x), slo);
+        fa[0][1] = mul2<BF16>(deq_lo<BF16>(q.y), shi);
+        fa[0][3] = mul2<BF16>(deq_hi<BF16>(q.y), shi);
+        fa[1][0] = mul2<BF16>(deq_lo<BF16>(q.z), slo);
+        fa[1][2] = mul2<BF16>(deq_hi<BF16>(q.z), slo);
+        fa[1][1] = mul2<BF16>(deq_lo<BF16>(q.w), shi);
+        fa[1][3] = mul2<BF16>(deq_hi<BF16>(q.w), shi);
+        const U4* xs = buf + L::W + L::S + (u * 8 * MT + g) * 4 + t;
 #pragma unroll
-        for (int s = 0; s < 2; s++) {
-            const u32 qa = q[2 * s], qb = q[2 * s + 1];
-            const u32 a0 = mul2<BF16>(deq_lo<BF16>(qa), slo);
-            const u32 a2 = mul2<BF16>(deq_hi<BF16>(qa), slo);
-            const u32 a1 = mul2<BF16>(deq_lo<BF16>(qb), shi);
-            const u32 a3 = mul2<BF16>(deq_hi<BF16>(qb), shi);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                const u32 b0 = s ? st.x[mt].z : st.x[mt].x;
-                const u32 b1 = s ? st.x[mt].w : st.x[mt].y;
-                mma<BF16>(acc[j][mt], a0, a1, a2, a3, b0, b1);
-            }
+        for (int mt = 0; mt < MT; mt++) {
+            const U4 xv = xs[mt * 32];
+            mma<BF16>(acc[mt], fa[0][0], fa[0][1], fa[0][2], fa[0][3], xv.x, xv.y);
+            mma<BF16>(acc[mt], fa[1][0], fa[1][1], fa[1][2], fa[1][3], xv.z, xv.w);
         }
     }
 }
 
 template <int BF16, int MT>
-__device__ __forceinline__ void epilogue(const Args& a, float (&acc)[4][MT][4], int stripe,
-                                         int row0, int lane) {
+__device__ __forceinline__ void epilogue(const Args& a, const float (&acc)[MT][4], int stripe,
+                                         int tile, int row0, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int r = 0; r < 4; r++) {
+        const int n = stripe * 64 + tile * 16 + g + 8 * (r >> 1);
+        if (n >= a.n) continue;
+        const float c = a.chan[n];
+        const float b = a.bias ? a.bias[n] : 0.0f;
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int n = stripe * 64 + j * 16 + g + 8 * (r >> 1);
-            if (n >= a.n) continue;
-            const float c = a.chan[n];
-            const float b = a.bias ? a.bias[n] : 0.0f;
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                const int m = row0 + mt * 8 + 2 * t + (r & 1);
-                if (m < a.m) a.out[(size_t)m * a.ldo + n] = to16<BF16>(acc[j][mt][r] * c + b);
-            }
+        for (int mt = 0; mt < MT; mt++) {
+            const int m = row0 + mt * 8 + 2 * t + (r & 1);
+            if (m < a.m) a.out[(size_t)m * a.ldo + n] = to16<BF16>(acc[mt][r] * c + b);
         }
     }
 }
 
-template <int BF16, int MT, int DEPTH>
+// Range b's piece of `stripe` in the workspace: slot 0 for the stripe the range starts in,
+// 1 for the one it ends in (a range holds at most two cut stripes).
+template <int MT>
+__device__ __forceinline__ float* piece(const Args& a, int chunk, int b, int slot) {
+    return a.work + (((size_t)chunk * gridDim.y + b) * 2 + slot) * (64 * 8 * MT);
+}
+
+template <int BF16, int MT>
 __device__ __forceinline__ void marlin_body(const Args& a) {
-    __shared__ float red[3][16 * MT][32];
+    typedef StageLayout<MT> L;
+    extern __shared__ U4 smem[];
+    U4* ring = smem;
+    float* red = reinterpret_cast<float*>(smem + (size_t)a.stages * L::WORDS);  // [4][MT*4][32]
+    __shared__ int last_flag;
+
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int chunk = blockIdx.x, stripe = blockIdx.y, split = blockIdx.z;
-    const int row0 = a.m_base + chunk * 8 * MT;
-    const int s_begin = split * a.steps_per_split;
-    const int s_end = min(s_begin + a.steps_per_split, a.ksteps);
+    const int tile = warp & 3, kh = warp >> 2;
+    const int chunk = blockIdx.x, b = blockIdx.y;
+    const int row0 = chunk * 8 * MT;
+    const int sps = a.ksteps / UNITS;
+    const long long total = (long long)a.stripes * sps, ranges = gridDim.y;
+    const long long q0 = range_start(b, total, ranges);
+    const int count = (int)(range_start(b + 1, total, ranges) - q0);
+    const int first_stripe = (int)(q0 / sps);
 
-    float acc[4][MT][4];
+    float acc[MT][4];
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) acc[j][mt][r] = 0.0f;
+        for (int r = 0; r < 4; r++) acc[mt][r] = 0.0f;
 
-    // Software pipeline: DEPTH steps of this warp in flight.
-    Stage<MT> st[DEPTH];
-    int s = s_begin + warp;
-#pragma unroll
-    for (int i = 0; i < DEPTH; i++)
-        if (s + 4 * i < s_end) load_stage<MT>(st[i], a, s + 4 * i, stripe, lane, row0);
-    for (; s < s_end; s += 4 * DEPTH) {
-#pragma unroll
-        for (int i = 0; i < DEPTH; i++) {
-            const int si = s + 4 * i;
-            if (si < s_end) {
-                compute_stage<BF16, MT>(st[i], acc);
-                if (si + 4 * DEPTH < s_end)
-                    load_stage<MT>(st[i], a, si + 4 * DEPTH, stripe, lane, row0);
-            }
+    const int S = a.stages;
+    // (stripe, stage within it) of the next stage to issue and of the stage computed.
+    int is = first_stripe, iks = (int)(q0 - (long long)first_stripe * sps);
+    int stripe = is, ks = iks;
+    for (int p = 0; p < S - 1; p++) {
+        if (p < count) {
+            issue_stage<MT>(a, ring + (size_t)p * L::WORDS, is, iks, row0);
+            if (++iks == sps) iks = 0, is++;
+        } else {
+            cp_commit();
         }
     }
+    int seg_ks = ks;  // first stage of the current stripe segment
+    int slot = 0;     // ring slot of stage p
+    for (int p = 0; p < count; p++) {
+        cp_wait(S - 2);
+        __syncthreads();  // stage p is in for every thread; slot (p - 1) % S is free
+        const int pn = p + S - 1;
+        if (pn < count) {
+            const int nslot = slot == 0 ? S - 1 : slot - 1;  // (p + S - 1) % S
+            issue_stage<MT>(a, ring + (size_t)nslot * L::WORDS, is, iks, row0);
+            if (++iks == sps) iks = 0, is++;
+        } else {
+            cp_commit();
+        }
+        compute_stage<BF16, MT>(ring + (size_t)slot * L::WORDS, tile, kh, lane, acc);
+        if (++slot == S) slot = 0;
 
-    // Reduce the 4 warps through shared memory, in a fixed order.
-    if (warp > 0) {
-#pragma unroll
-        for (int j = 0; j < 4; j++)
+        const bool stripe_end = ks == sps - 1;
+        if (!stripe_end && p + 1 < count) {
+            ks++;
+            continue;
+        }
+
+        // End of a stripe segment: the two warps of each tile are summed, in a fixed order.
+        float* mine = red + tile * (MT * 4 * 32) + lane;
+        if (kh) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int r = 0; r < 4; r++) red[warp - 1][(j * MT + mt) * 4 + r][lane] = acc[j][mt][r];
-    }
-    __syncthreads();
-    if (warp > 0) return;
-#pragma unroll
-    for (int w = 0; w < 3; w++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
+                for (int r = 0; r < 4; r++) mine[(mt * 4 + r) * 32] = acc[mt][r];
+        }
+        __syncthreads();
+        if (!kh) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int r = 0; r < 4; r++) acc[j][mt][r] += red[w][(j * MT + mt) * 4 + r][lane];
-
-    if (a.splits == 1) {
-        epilogue<BF16, MT>(a, acc, stripe, row0, lane);
-        return;
-    }
-
-    // K split: store this split's partial, the last block of the tile sums them all.
-    const int t = lane & 3;
-    const int tile = stripe * gridDim.x + chunk;
-    const size_t tile_elems = (size_t)16 * MT * 32;
-    float* mine = a.work + ((size_t)tile * a.splits + split) * tile_elems;
+                for (int r = 0; r < 4; r++) acc[mt][r] += mine[(mt * 4 + r) * 32];
+        }
+        const bool whole = seg_ks == 0 && stripe_end;
+        if (whole) {
+            if (!kh) epilogue<BF16, MT>(a, acc, stripe, tile, row0, lane);
+        } else {
+            // A cut stripe: store this piece; the last of its pieces to arrive sums them all.
+            const int wslot = stripe == first_stripe ? 0 : 1;
+            if (!kh) {
+                float* dst = piece<MT>(a, chunk, b, wslot) + tile * (MT * 4 * 32) + lane;
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = row0 + mt * 8 + 2 * t + (r & 1);
-                if (m < a.m) st_cg(mine + ((j * MT + mt) * 4 + r) * 32 + lane, acc[j][mt][r]);
+                    for (int r = 0; r < 4; r++) st_cg(dst + (mt * 4 + r) * 32, acc[mt][r]);
+                __threadfence();
             }
-    __threadfence();
-    __syncwarp();
-    int prev = 0;
-    if (lane == 0) prev = atomicAdd(a.counters + tile, 1);
-    prev = __shfl_sync(0xffffffffu, prev, 0);
-    if (prev != a.splits - 1) return;
-    __threadfence();
+            const int b_first = range_of((long long)stripe * sps, total, ranges);
+            const int b_last = range_of((long long)(stripe + 1) * sps - 1, total, ranges);
+            const int pieces = b_last - b_first + 1;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                int* ctr = a.counters + (size_t)chunk * a.stripes + stripe;
+                const int prev = atomicAdd(ctr, 1);
+                const int is_last = prev == pieces - 1;
+                if (is_last) {
+                    *ctr = 0;  // ready for the next launch
+                    __threadfence();
+                }
+                last_flag = is_last;
+            }
+            __syncthreads();
+            if (last_flag && !kh) {
+                float sum[MT][4];
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++) sum[mt][r] = 0.0f;
+                for (int j = b_first; j <= b_last; j++) {
+                    const int js = (int)(range_start(j, total, ranges) / sps) == stripe ? 0 : 1;
+                    const float* src = piece<MT>(a, chunk, j, js) + tile * (MT * 4 * 32) + lane;
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int r = 0; r < 4; r++)
+                            sum[mt][r] += j == b ? acc[mt][r] : ld_cg(src + (mt * 4 + r) * 32);
+                }
+                epilogue<BF16, MT>(a, sum, stripe, tile, row0, lane);
+            }
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int r = 0; r < 4; r++) acc[j][mt][r] = 0.0f;
-    for (int z = 0; z < a.splits; z++) {
-        const float* part = a.work + ((size_t)tile * a.splits + z) * tile_elems;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int m = row0 + mt * 8 + 2 * t + (r & 1);
-                    if (m < a.m) acc[j][mt][r] += ld_cg(part + ((j * MT + mt) * 4 + r) * 32 + lane);
-                }
+            for (int r = 0; r < 4; r++) acc[mt][r] = 0.0f;
+        // The next segment starts the next stripe.
+        stripe++;
+        ks = 0;
+        seg_ks = 0;
     }
-    if (lane == 0) a.counters[tile] = 0;
-    epilogue<BF16, MT>(a, acc, stripe, row0, lane);
+    cp_wait(0);
 }
 
-#define MARLIN_KERNEL(NAME, BF16, MT, DEPTH, MINB)                                             \
-    extern "C" __global__ void __launch_bounds__(128, MINB) NAME(Args a) {                     \
-        marlin_body<BF16, MT, DEPTH>(a);                                                       \
+// MINB: blocks per SM the registers must allow (the 64-row variant needs more than 128 per
+// thread; its shared-memory ring allows one block per SM anyway).
+#define MARLIN_KERNEL(NAME, BF16, MT, MINB)                                                    \
+    extern "C" __global__ void __launch_bounds__(THREADS, MINB) NAME(Args a) {                 \
+        marlin_body<BF16, MT>(a);                                                              \
     }
 
-// Pipeline depth (MARLIN_Dx) and blocks per SM (MARLIN_Bx) per variant; the host passes
-// them (plan.rs, Tuning). These defaults match Tuning::default().
-#ifndef MARLIN_D1
-#define MARLIN_D1 2
-#define MARLIN_B1 6
-#define MARLIN_D2 3
-#define MARLIN_B2 3
-#define MARLIN_D4 1
-#define MARLIN_B4 3
-#endif
-
-MARLIN_KERNEL(marlin_w8a16_f16_mt1, 0, 1, MARLIN_D1, MARLIN_B1)
-MARLIN_KERNEL(marlin_w8a16_f16_mt2, 0, 2, MARLIN_D2, MARLIN_B2)
-MARLIN_KERNEL(marlin_w8a16_f16_mt4, 0, 4, MARLIN_D4, MARLIN_B4)
-MARLIN_KERNEL(marlin_w8a16_bf16_mt1, 1, 1, MARLIN_D1, MARLIN_B1)
-MARLIN_KERNEL(marlin_w8a16_bf16_mt2, 1, 2, MARLIN_D2, MARLIN_B2)
-MARLIN_KERNEL(marlin_w8a16_bf16_mt4, 1, 4, MARLIN_D4, MARLIN_B4)
+MARLIN_KERNEL(marlin_w8a16_f16_mt1, 0, 1, 2)
+MARLIN_KERNEL(marlin_w8a16_f16_mt2, 0, 2, 2)
+MARLIN_KERNEL(marlin_w8a16_f16_mt4, 0, 4, 2)
+MARLIN_KERNEL(marlin_w8a16_f16_mt8, 0, 8, 1)
+MARLIN_KERNEL(marlin_w8a16_bf16_mt1, 1, 1, 2)
+MARLIN_KERNEL(marlin_w8a16_bf16_mt2, 1, 2, 2)
+MARLIN_KERNEL(marlin_w8a16_bf16_mt4, 1, 4, 2)
+MARLIN_KERNEL(marlin_w8a16_bf16_mt8, 1, 8, 1)

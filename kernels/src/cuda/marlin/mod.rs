@@ -1,6 +1,9 @@
-//! Marlin-class FP8 weight-only (W8A16) kernel: FP8 e4m3 weights dequantized in registers
-//! to f16 / bf16 by a bit trick, tensor-core `mma.sync` m16n8k16 with f32 accumulation,
-//! 16-bit activations, output in the activation dtype, optional bias.
+//! Marlin-class FP8 weight-only (W8A16) kernel: FP8 e4m3 weights streamed through a
+//! shared-memory ring by cp.async, dequantized in registers to f16 / bf16 by a bit trick,
+//! tensor-core `mma.sync` m16n8k16 with f32 accumulation, 16-bit activations, output in the
+//! activation dtype, optional bias. The weight is cut into one contiguous range per resident
+//! block, so every SM streams an equal share whatever the layer's shape; stripes cut between
+//! blocks are summed in the kernel, in a fixed order (reruns are bit-identical).
 //!
 //! This is the kernel whose absence broke FP8 block checkpoints on A100s upstream: it runs
 //! on sm_80..sm_89 (no FP8 tensor cores needed) and sits in the block-scaled table after
@@ -13,7 +16,7 @@
 //!
 //! - [`repack`]: the weight repack, scale conversion and padding (host side).
 //! - [`emulate`]: a CPU model of the kernel's arithmetic, for tests.
-//! - [`plan`]: the launch plan (M tile, K split).
+//! - [`plan`]: the launch plan (M tile, weight ranges, ring depth, workspace).
 
 pub mod emulate;
 pub mod plan;
@@ -29,17 +32,17 @@ use fp8_linear_core::{
     LayerParams, LayerWeights, Tensor, TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
-use fp8_linear_cuda::{DeviceBuffer, Gpu};
+use fp8_linear_cuda::{function_with_shared_memory, DeviceBuffer, Gpu};
 
 use super::device_io::{device_io, download};
 use super::error::{be, be_at};
-use super::launch::{functions, grid, launch};
+use super::launch::{grid, launch};
 use super::layer::GpuLayer;
 use super::scratch::Scratch;
 use super::sources;
 use super::weights::small_to_host;
 use plan::{LaunchPlan, MarlinPipeline};
-use repack::{k_group, MarlinWeights, STRIPE};
+use repack::{k_group, MarlinWeights, STEP, STRIPE};
 
 const NAME: &str = MarlinFp8::NAME;
 
@@ -47,7 +50,8 @@ const NAME: &str = MarlinFp8::NAME;
 /// registered in [`sources`].
 pub const SOURCE: &str = sources::MARLIN;
 
-/// Largest N: the grid's y dimension counts 64-channel stripes (at most 65535).
+/// Largest N: the grid's y dimension counts weight ranges, one per 64-channel stripe when the
+/// M chunks alone fill the GPU (at most 65535).
 pub const MAX_N: usize = 65535 * STRIPE;
 
 /// Marlin-class FP8 weight-only GEMM (W8A16) for Ampere-class GPUs (sm_80..sm_89; forcible
@@ -70,14 +74,15 @@ struct State {
     scales: DeviceBuffer<u8>,
     channel: DeviceBuffer<f32>,
     bias: Option<DeviceBuffer<f32>>,
-    /// Kernels for 1, 2 and 4 m8 tiles per warp.
-    funcs: [CudaFunction; 3],
+    /// Kernels for 1, 2, 4 and 8 m8 tiles per warp.
+    funcs: [CudaFunction; 4],
     _module: Arc<CudaModule>,
     n_pad: usize,
     k_pad: usize,
     groups: usize,
     steps_per_group: usize,
-    tuning: MarlinPipeline,
+    /// The device's opt-in shared memory per block (the ring is sized from it).
+    smem_optin: usize,
     work: Scratch<f32>,
     counters: Scratch<u8>,
 }
@@ -102,11 +107,10 @@ struct Args {
     ksteps: i32,
     steps_per_group: i32,
     groups: i32,
-    splits: i32,
-    steps_per_split: i32,
-    x_vec: i32,
-    m_base: i32,
     spg_shift: i32,
+    stripes: i32,
+    stages: i32,
+    x_vec: i32,
 }
 
 // SAFETY: plain-old-data with the C layout the kernel's `Args` has.
@@ -151,13 +155,13 @@ impl MarlinFp8 {
         Ok(())
     }
 
-    /// Sets the pipeline depth and occupancy of the kernel variants (for benchmarks and
-    /// tuning; the default suits H100/H200-class GPUs). Call before `process_weights`.
+    /// Sets the shared-memory ring depth and the blocks per SM (for benchmarks and tuning;
+    /// the default suits H100/H200-class GPUs). Takes effect at the next call.
     pub fn set_tuning(&mut self, tuning: MarlinPipeline) -> Result<(), KernelError> {
         if !tuning.is_valid() {
             return Err(KernelError::backend(
                 NAME,
-                format!("tuning out of range (depth 1..=4, blocks 1..=8): {tuning:?}"),
+                format!("tuning out of range (stages 2..=8, blocks per SM 1..=2): {tuning:?}"),
             ));
         }
         self.tuning = tuning;
@@ -189,16 +193,18 @@ fn host_codes(w: &Tensor<'_>, n: usize, k: usize, gpu: &Arc<Gpu>) -> Result<Vec<
     }
 }
 
-const KERNELS: [[&str; 3]; 2] = [
+const KERNELS: [[&str; 4]; 2] = [
     [
         "marlin_w8a16_f16_mt1",
         "marlin_w8a16_f16_mt2",
         "marlin_w8a16_f16_mt4",
+        "marlin_w8a16_f16_mt8",
     ],
     [
         "marlin_w8a16_bf16_mt1",
         "marlin_w8a16_bf16_mt2",
         "marlin_w8a16_bf16_mt4",
+        "marlin_w8a16_bf16_mt8",
     ],
 ];
 
@@ -253,10 +259,12 @@ impl Fp8Kernel for MarlinFp8 {
             _ => None,
         };
         let (module, _) = gpu
-            .module_for(&sources::marlin_module(&self.tuning), self.target)
+            .module_for(&sources::marlin_module(), self.target)
             .map_err(be(NAME))?;
-        let names = KERNELS[usize::from(mw.bf16)].map(String::from);
-        let funcs = functions(&module, names, None).map_err(be(NAME))?;
+        let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
+        let load = |name: &str| function_with_shared_memory(&module, name, optin).map_err(be(NAME));
+        let [f1, f2, f4, f8] = KERNELS[usize::from(mw.bf16)];
+        let funcs = [load(f1)?, load(f2)?, load(f4)?, load(f8)?];
         let state = State {
             weight: DeviceBuffer::from_host(gpu, &mw.weight).map_err(be(NAME))?,
             scales: DeviceBuffer::from_host(gpu, &mw.group_scale_bytes()).map_err(be(NAME))?,
@@ -268,7 +276,7 @@ impl Fp8Kernel for MarlinFp8 {
             k_pad: mw.k_pad,
             groups: mw.groups,
             steps_per_group: mw.steps_per_group,
-            tuning: self.tuning,
+            smem_optin: optin as usize,
             work: Scratch::default(),
             counters: Scratch::default(),
         };
@@ -277,6 +285,7 @@ impl Fp8Kernel for MarlinFp8 {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
+        let tuning = self.tuning;
         let (c, gpu, st) = self.layer.processed(NAME)?;
         let (m, xin, xout) = device_io(NAME, c, gpu, input, output)?;
         if m > i32::MAX as usize {
@@ -287,7 +296,7 @@ impl Fp8Kernel for MarlinFp8 {
             ));
         }
         // Everything the call needs, before anything is enqueued.
-        let (p, work, counters) = st.reserve(gpu, m).map_err(be_at(NAME, m))?;
+        let (p, work, counters) = st.reserve(gpu, m, &tuning)?;
         let args = Args {
             w: st.weight.ptr(),
             s: st.scales.ptr(),
@@ -302,37 +311,42 @@ impl Fp8Kernel for MarlinFp8 {
             k: c.k as i32,
             ldx: c.k as i32,
             ldo: c.n as i32,
-            ksteps: (st.k_pad / repack::STEP) as i32,
+            ksteps: (st.k_pad / STEP) as i32,
             steps_per_group: st.steps_per_group as i32,
             groups: st.groups as i32,
-            splits: p.splits as i32,
-            steps_per_split: p.steps_per_split as i32,
-            x_vec: i32::from(c.k.is_multiple_of(8) && xin.ptr.is_multiple_of(16)),
-            m_base: 0,
             spg_shift: if st.steps_per_group.is_power_of_two() {
                 st.steps_per_group.trailing_zeros() as i32
             } else {
                 -1
             },
+            stripes: p.stripes as i32,
+            stages: p.stages as i32,
+            x_vec: plan::x_copy_bytes(c.k, xin.ptr),
         };
         let mut b = gpu.stream().launch_builder(&st.funcs[p.variant()]);
         b.arg(&args);
-        let cfg = grid((p.chunks as u32, p.stripes as u32, p.splits as u32), 128, 0);
+        let cfg = grid(
+            (p.chunks as u32, p.ranges as u32, 1),
+            plan::THREADS,
+            p.smem as u32,
+        );
         // SAFETY: every pointer in `args` covers what the kernel reads or writes for these
         // sizes: weights/scales/channel were built for (n_pad, k_pad, groups); input and
         // output were checked by check_io (contiguous [m, k] / [m, n], buffers long
         // enough); the workspace and counters were sized by the plan; the counters are zero
-        // between launches (the last block of each tile resets its counter).
+        // between launches (the last block of each stripe resets its counter); the shared
+        // memory is within the limit the functions were loaded with.
         unsafe { launch(b, cfg, "marlin_w8a16") }.map_err(be(NAME))?;
         Ok(())
     }
 
     fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        let tuning = self.tuning;
         let (_, gpu, st) = self.layer.processed(NAME)?;
         st.work.keep_retired();
         st.counters.keep_retired();
         for m in 1..=max_m {
-            st.reserve(gpu, m).map_err(be_at(NAME, m))?;
+            st.reserve(gpu, m, &tuning)?;
         }
         Ok(())
     }
@@ -340,26 +354,47 @@ impl Fp8Kernel for MarlinFp8 {
 
 impl State {
     /// The launch plan of a call of `m` rows, with its split-K workspace and arrival
-    /// counters made ready when split (their addresses, else 0). Allocating is refused while
-    /// the stream is being captured.
+    /// counters made ready when ranges cut stripes (their addresses, else 0). Allocating is
+    /// refused while the stream is being captured.
     fn reserve(
         &mut self,
         gpu: &Arc<Gpu>,
         m: usize,
-    ) -> Result<(LaunchPlan, u64, u64), fp8_linear_cuda::CudaError> {
+        tuning: &MarlinPipeline,
+    ) -> Result<(LaunchPlan, u64, u64), KernelError> {
         let p = LaunchPlan::new(
             m,
             self.n_pad / STRIPE,
-            self.k_pad / repack::STEP,
+            self.k_pad / STEP,
             gpu.device().sm_count as usize,
-            &self.tuning,
-        );
-        if p.splits <= 1 {
+            self.smem_optin,
+            tuning,
+        )
+        .ok_or_else(|| {
+            KernelError::backend(
+                NAME,
+                format!(
+                    "the device's {} B of shared memory per block hold fewer than two stages \
+                     ({} B each)",
+                    self.smem_optin,
+                    plan::stage_bytes(1)
+                ),
+            )
+        })?;
+        if !p.cuts_stripes() {
             return Ok((p, 0, 0));
         }
-        let work = self.work.get(gpu, p.workspace_floats())?.ptr();
-        // Zeroed when allocated; the last block of each tile resets its counter.
-        let counters = self.counters.get(gpu, p.tiles() * 4)?.ptr();
+        let work = self
+            .work
+            .get(gpu, p.workspace_floats())
+            .map_err(be_at(NAME, m))?
+            .ptr();
+        // Zeroed when allocated; the last block of each stripe resets its counter.
+        let counters = self
+            .counters
+            .get(gpu, p.counters() * 4)
+            .map_err(be_at(NAME, m))?
+            .ptr();
         Ok((p, work, counters))
     }
 }

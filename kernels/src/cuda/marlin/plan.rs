@@ -1,146 +1,194 @@
-//! The Marlin kernel's launch plan: how many 8-row M tiles each warp takes, the grid
-//! (M chunks x N stripes x K splits), and the split-K workspace; and the kernel's tuning
-//! (pipeline depth and blocks per SM of each variant).
+//! The Marlin kernel's launch plan: the M tile (8-row tiles per warp), the grid (M chunks x
+//! weight ranges), the depth of the shared-memory ring and the split-K workspace; and the
+//! kernel's tuning (ring depth, blocks per SM).
 
-/// Pipeline depth (K steps of a warp in flight) and occupancy (128-thread blocks per SM the
-/// compiler must fit, which caps registers) of the three kernel variants, for 1, 2 and 4
-/// 8-row M tiles per warp.
+/// K steps (of 32) per pipeline stage; stripes are padded along K to whole stages.
+pub const STAGE_STEPS: usize = 8;
+
+/// Threads per block (8 warps).
+pub const THREADS: u32 = 256;
+
+/// Shared-memory ring depth and occupancy of the kernel.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct MarlinPipeline {
-    /// K steps in flight per warp, per variant (1..=4).
-    pub depth: [u32; 3],
-    /// Blocks per SM, per variant (1..=8); also the grid the plan aims for.
-    pub min_blocks: [u32; 3],
+    /// Most stages in the ring (2..=8); fewer when shared memory does not hold them.
+    pub stages: u32,
+    /// Blocks per SM the grid is sized for (1 or 2); the 64-row variant always takes 1.
+    pub blocks_per_sm: u32,
 }
 
 impl Default for MarlinPipeline {
     fn default() -> Self {
-        // From a sweep on an H200 (BENCHMARKS.md): decode (1 M tile) wants more resident
-        // warps over deeper per-warp pipelines; 4 M tiles want 3 blocks per SM, which
-        // leaves registers for one step in flight only.
         Self::SWEEP[0]
     }
 }
 
 impl MarlinPipeline {
-    /// The tunings the H200 sweep measured (`MARLIN_SWEEP=1` in the Marlin bench), the
-    /// default first; the GPU tests run each of them.
+    /// The tunings the Marlin bench sweeps (`MARLIN_SWEEP=1`), the default first; the GPU
+    /// tests run each of them.
     pub const SWEEP: [MarlinPipeline; 5] = [
         MarlinPipeline {
-            depth: [2, 3, 1],
-            min_blocks: [6, 3, 3],
+            stages: 8,
+            blocks_per_sm: 2,
         },
         MarlinPipeline {
-            depth: [2, 2, 2],
-            min_blocks: [6, 4, 3],
+            stages: 8,
+            blocks_per_sm: 1,
         },
         MarlinPipeline {
-            depth: [2, 2, 1],
-            min_blocks: [5, 4, 3],
+            stages: 4,
+            blocks_per_sm: 1,
         },
         MarlinPipeline {
-            depth: [3, 2, 2],
-            min_blocks: [6, 4, 3],
+            stages: 3,
+            blocks_per_sm: 2,
         },
         MarlinPipeline {
-            depth: [2, 3, 2],
-            min_blocks: [6, 3, 2],
+            stages: 2,
+            blocks_per_sm: 2,
         },
     ];
 
     /// Whether every value is in range.
     pub fn is_valid(&self) -> bool {
-        self.depth.iter().all(|d| (1..=4).contains(d))
-            && self.min_blocks.iter().all(|b| (1..=8).contains(b))
-    }
-
-    /// The NVRTC defines that select this tuning in `cu/marlin.cu`.
-    pub fn defines(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        for (i, mt) in [1, 2, 4].iter().enumerate() {
-            v.push(format!("-DMARLIN_D{mt}={}", self.depth[i]));
-            v.push(format!("-DMARLIN_B{mt}={}", self.min_blocks[i]));
-        }
-        v
+        (2..=8).contains(&self.stages) && (1..=2).contains(&self.blocks_per_sm)
     }
 }
 
-/// Minimum K steps (of 32) per split, so each of the 4 warps has at least 2.
-pub const MIN_STEPS_PER_SPLIT: usize = 8;
+/// Bytes of one ring stage for `mt` 8-row tiles: 16 KiB of weights, 1 KiB of group scales
+/// and `mt` x 4 KiB of activations.
+pub const fn stage_bytes(mt: usize) -> usize {
+    (1024 + 64 + 256 * mt) * 16
+}
+
+/// Bytes of the cross-warp reduction buffer for `mt` 8-row tiles.
+pub const fn reduce_bytes(mt: usize) -> usize {
+    4 * mt * 4 * 32 * 4
+}
+
+/// Shared memory the system and the kernel's static variables take per block.
+const RESERVED_PER_BLOCK: usize = 1024 + 64;
+
+/// Bytes per activation copy the kernel may use for rows of `k` 16-bit elements starting at
+/// device address `ptr`: 16, 8 or 4 (cp.async needs the source aligned to the copy), else 0
+/// (element copies).
+pub fn x_copy_bytes(k: usize, ptr: u64) -> i32 {
+    [16usize, 8, 4]
+        .into_iter()
+        .find(|&b| (2 * k).is_multiple_of(b) && (ptr as usize).is_multiple_of(b))
+        .unwrap_or(0) as i32
+}
+
+/// Blocks per SM and ring depth for `mt` 8-row tiles: the tuning's, reduced until two
+/// stages fit; `None` when not even one block of two stages fits.
+fn ring(mt: usize, smem_optin: usize, tuning: &MarlinPipeline) -> Option<(usize, usize)> {
+    let per_sm = smem_optin + 1024;
+    let mut bps = if mt == 8 {
+        1
+    } else {
+        tuning.blocks_per_sm.max(1) as usize
+    };
+    loop {
+        let budget = (per_sm / bps).saturating_sub(RESERVED_PER_BLOCK);
+        let fit = budget.saturating_sub(reduce_bytes(mt)) / stage_bytes(mt);
+        let stages = fit.min(tuning.stages as usize);
+        if stages >= 2 {
+            return Some((bps, stages));
+        }
+        if bps == 1 {
+            return None;
+        }
+        bps -= 1;
+    }
+}
 
 /// One launch of the kernel.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LaunchPlan {
-    /// 8-row M tiles per warp (1, 2 or 4).
+    /// 8-row M tiles per warp (1, 2, 4 or 8).
     pub mt: usize,
     /// M chunks of `8 * mt` rows (grid x).
     pub chunks: usize,
-    /// 64-channel N stripes (grid y).
+    /// Contiguous weight ranges (grid y), each one block's share of the stages.
+    pub ranges: usize,
+    /// 64-channel stripes of the weight.
     pub stripes: usize,
-    /// K splits (grid z); 1 means no workspace.
-    pub splits: usize,
-    /// K steps per split.
-    pub steps_per_split: usize,
+    /// Ring depth.
+    pub stages: usize,
+    /// Dynamic shared memory per block.
+    pub smem: usize,
 }
 
 impl LaunchPlan {
-    /// Plans a launch for `m` rows, `stripes` N stripes and `ksteps` K steps on a GPU with
-    /// `sm_count` SMs: the M tile grows with M; K is split when the (chunk, stripe) tiles
-    /// alone would not fill the GPU's resident blocks (`tuning.min_blocks` per SM).
+    /// Plans a launch for `m` rows over `stripes` stripes of `ksteps` K steps (a multiple of
+    /// [`STAGE_STEPS`]) on a GPU with `sm_count` SMs and `smem_optin` bytes of shared memory
+    /// per block. The weight is cut into one range per resident block (ranges that may end
+    /// inside a stripe), unless the M chunks times whole stripes already fill the GPU.
+    /// The M tile shrinks when the device's shared memory cannot hold two stages of it;
+    /// `None` when it cannot hold two stages of the smallest.
     pub fn new(
         m: usize,
         stripes: usize,
         ksteps: usize,
         sm_count: usize,
+        smem_optin: usize,
         tuning: &MarlinPipeline,
-    ) -> Self {
-        let mt = if m <= 8 {
-            1
-        } else if m <= 16 {
-            2
-        } else {
-            4
+    ) -> Option<Self> {
+        let want = match m {
+            0..=8 => 1,
+            9..=16 => 2,
+            17..=32 => 4,
+            _ => 8,
         };
+        // The widest M tile up to `want` whose ring of two stages fits (a 99 KiB GPU holds
+        // two stages of 32 rows, not of 64).
+        let (mt, bps, stages) = [8, 4, 2, 1]
+            .into_iter()
+            .filter(|&mt| mt <= want)
+            .find_map(|mt| ring(mt, smem_optin, tuning).map(|(b, s)| (mt, b, s)))?;
         let chunks = m.div_ceil(8 * mt).max(1);
-        let tiles = chunks * stripes.max(1);
-        let variant = match mt {
-            1 => 0,
-            2 => 1,
-            _ => 2,
+        let stripes = stripes.max(1);
+        let total = stripes * (ksteps / STAGE_STEPS).max(1);
+        let target = bps * sm_count.max(1);
+        let ranges = if chunks * stripes >= target {
+            stripes
+        } else {
+            target.div_ceil(chunks).min(total)
         };
-        let target = tuning.min_blocks[variant].max(1) as usize * sm_count.max(1);
-        // Nearest: about one resident wave of blocks.
-        let want = ((target + tiles / 2) / tiles).max(1);
-        let splits = want.min((ksteps / MIN_STEPS_PER_SPLIT).max(1)).max(1);
-        let steps_per_split = ksteps.div_ceil(splits).max(1);
-        let splits = ksteps.div_ceil(steps_per_split).max(1);
-        LaunchPlan {
+        Some(LaunchPlan {
             mt,
             chunks,
+            ranges,
             stripes,
-            splits,
-            steps_per_split,
-        }
+            stages,
+            smem: stages * stage_bytes(mt) + reduce_bytes(mt),
+        })
     }
 
-    /// Index of the kernel variant (0, 1, 2 for mt = 1, 2, 4).
+    /// Index of the kernel variant (0, 1, 2, 3 for mt = 1, 2, 4, 8).
     pub fn variant(&self) -> usize {
-        match self.mt {
-            1 => 0,
-            2 => 1,
-            _ => 2,
+        self.mt.trailing_zeros() as usize
+    }
+
+    /// Whether ranges may cut stripes (then the workspace and the counters are used).
+    pub fn cuts_stripes(&self) -> bool {
+        self.ranges != self.stripes
+    }
+
+    /// f32 elements of the split-K workspace: two pieces per range and chunk (0 when no
+    /// stripe is cut).
+    pub fn workspace_floats(&self) -> usize {
+        if self.cuts_stripes() {
+            self.chunks * self.ranges * 2 * 64 * 8 * self.mt
+        } else {
+            0
         }
     }
 
-    /// (chunk, stripe) tiles, one arrival counter each.
-    pub fn tiles(&self) -> usize {
-        self.chunks * self.stripes
-    }
-
-    /// f32 elements of the split-K workspace (0 without a split).
-    pub fn workspace_floats(&self) -> usize {
-        if self.splits > 1 {
-            self.tiles() * self.splits * 16 * self.mt * 32
+    /// Arrival counters: one per (chunk, stripe) when stripes are cut.
+    pub fn counters(&self) -> usize {
+        if self.cuts_stripes() {
+            self.chunks * self.stripes
         } else {
             0
         }
@@ -151,43 +199,70 @@ impl LaunchPlan {
 mod tests {
     use super::*;
 
+    const H200_SMEM: usize = 232_448;
+
+    /// Model of the kernel's range split: range b starts at stage b * total / ranges.
+    fn starts(total: usize, ranges: usize) -> Vec<usize> {
+        (0..=ranges).map(|b| b * total / ranges).collect()
+    }
+
     #[test]
-    fn splits_cover_k_exactly_and_fill_the_gpu() {
+    fn plans_fill_the_gpu_and_cover_every_stage() {
+        let t = MarlinPipeline::default();
         for &(m, stripes, ksteps) in &[
             (1, 64, 128),
             (16, 64, 224),
             (33, 112, 512),
+            (64, 288, 224),
             (1024, 64, 128),
-            (1, 1, 1),
-            (7, 2, 9),
+            (1, 1, 8),
+            (7, 2, 16),
         ] {
-            let p = LaunchPlan::new(m, stripes, ksteps, 132, &MarlinPipeline::default());
-            assert!(p.splits * p.steps_per_split >= ksteps);
-            assert!((p.splits - 1) * p.steps_per_split < ksteps, "{p:?}");
-            assert!(p.chunks * 8 * p.mt >= m);
-            if p.splits > 1 {
-                assert!(p.steps_per_split >= MIN_STEPS_PER_SPLIT.min(ksteps));
+            let p = LaunchPlan::new(m, stripes, ksteps, 132, H200_SMEM, &t).unwrap();
+            assert!(p.chunks * 8 * p.mt >= m, "{p:?}");
+            assert!((2..=8).contains(&p.stages), "{p:?}");
+            assert!(p.smem <= H200_SMEM, "{p:?}");
+            let total = stripes * ksteps / STAGE_STEPS;
+            assert!(p.ranges >= 1 && p.ranges <= total.max(stripes), "{p:?}");
+            // every range non-empty, so every stripe piece has an owner
+            let s = starts(total, p.ranges);
+            assert!(s.windows(2).all(|w| w[1] > w[0]), "{p:?}");
+            if !p.cuts_stripes() {
+                assert!(s.iter().all(|v| v % (ksteps / STAGE_STEPS) == 0), "{p:?}");
+                assert_eq!(p.workspace_floats(), 0);
             }
         }
+        let small = LaunchPlan::new(1, 64, 128, 132, H200_SMEM, &t).unwrap();
+        assert_eq!((small.mt, small.ranges), (1, 264));
         assert_eq!(
-            LaunchPlan::new(1, 64, 128, 132, &MarlinPipeline::default()).mt,
-            1
-        );
-        assert_eq!(
-            LaunchPlan::new(16, 64, 128, 132, &MarlinPipeline::default()).mt,
+            LaunchPlan::new(16, 64, 128, 132, H200_SMEM, &t).unwrap().mt,
             2
         );
         assert_eq!(
-            LaunchPlan::new(1024, 64, 128, 132, &MarlinPipeline::default()).splits,
-            1
+            LaunchPlan::new(64, 64, 128, 132, H200_SMEM, &t).unwrap().mt,
+            8
         );
-        assert!(LaunchPlan::new(1, 64, 128, 132, &MarlinPipeline::default()).splits > 1);
+        let big = LaunchPlan::new(4096, 64, 128, 132, H200_SMEM, &t).unwrap();
+        assert!(!big.cuts_stripes() && big.chunks == 64, "{big:?}");
+    }
+
+    #[test]
+    fn shared_memory_limits_the_ring() {
+        let t = MarlinPipeline::default();
+        // An sm_86-class budget (99 KiB per block) holds two stages of the 32-row tile, not
+        // of the 64-row one: M = 64 runs as two 32-row chunks.
+        let p = LaunchPlan::new(64, 64, 128, 84, 101_376, &t).unwrap();
+        assert_eq!((p.mt, p.chunks, p.stages), (4, 2, 2), "{p:?}");
+        assert!(p.smem <= 101_376);
+        // A 163 KiB A100 holds two stages of 64 rows.
+        let a100 = LaunchPlan::new(64, 64, 128, 108, 166_912, &t).unwrap();
+        assert_eq!((a100.mt, a100.stages), (8, 2), "{a100:?}");
+        assert!(LaunchPlan::new(1, 64, 128, 84, 30_000, &t).is_none());
         assert!(MarlinPipeline::default().is_valid());
         assert!(!MarlinPipeline {
-            depth: [0, 3, 2],
+            stages: 1,
             ..MarlinPipeline::default()
         }
         .is_valid());
-        assert_eq!(MarlinPipeline::default().defines().len(), 6);
     }
 }

@@ -19,6 +19,8 @@ pub const STRIPE: usize = 64;
 pub const STEP: usize = 32;
 /// Bytes of weight per stripe per step.
 pub const STEP_BYTES: usize = STRIPE * STEP;
+/// K is padded to whole pipeline stages of the kernel (8 steps of 32).
+pub const K_ALIGN: usize = super::plan::STAGE_STEPS * STEP;
 
 /// The exponent the bit trick divides by: dequantized = value * 2^-FOLD.
 pub const fn fold_exponent(bf16_out: bool) -> i32 {
@@ -63,7 +65,7 @@ pub struct MarlinWeights {
     pub k: usize,
     /// N rounded up to [`STRIPE`].
     pub n_pad: usize,
-    /// K rounded up to [`STEP`].
+    /// K rounded up to [`K_ALIGN`].
     pub k_pad: usize,
     /// Whether the activations (and the 16-bit scales) are bf16 (else f16).
     pub bf16: bool,
@@ -117,11 +119,11 @@ pub const fn k_group(group: GroupShape) -> Option<Option<usize>> {
 }
 
 /// Repacks an FP8 weight `[n, k]` (row-major codes) into the kernel's tile layout, with N
-/// padded to [`STRIPE`] and K to [`STEP`] by zero codes. Stripes are repacked in parallel.
+/// padded to [`STRIPE`] and K to [`K_ALIGN`] by zero codes. Stripes are repacked in parallel.
 pub fn repack_weight(codes: &[u8], n: usize, k: usize) -> Vec<u8> {
     use rayon::prelude::*;
     let n_pad = n.div_ceil(STRIPE) * STRIPE;
-    let k_pad = k.div_ceil(STEP) * STEP;
+    let k_pad = k.div_ceil(K_ALIGN) * K_ALIGN;
     let ksteps = k_pad / STEP;
     let mut out = vec![0u8; n_pad * k_pad];
     let at = |r: usize, c: usize| -> u8 {
@@ -206,7 +208,7 @@ pub fn convert_scales(
         )));
     };
     let n_pad = n.div_ceil(STRIPE) * STRIPE;
-    let k_pad = k.div_ceil(STEP) * STEP;
+    let k_pad = k.div_ceil(K_ALIGN) * K_ALIGN;
     let ksteps = k_pad / STEP;
     let (groups, spg) = match gk {
         None => (1, ksteps),
@@ -290,7 +292,7 @@ pub fn prepare(
         n,
         k,
         n_pad: n.div_ceil(STRIPE) * STRIPE,
-        k_pad: k.div_ceil(STEP) * STEP,
+        k_pad: k.div_ceil(K_ALIGN) * K_ALIGN,
         bf16: config.input_dtype == DType::Bf16,
         weight: repack_weight(codes, n, k),
         group_scales,

@@ -1,0 +1,306 @@
+//! The host model of the Marlin kernel: `cu/marlin.cu` itself, its device primitives
+//! section swapped for C++ equivalents (tests/marlin_host: one OS thread per CUDA thread,
+//! `__syncthreads` a barrier, `mma.sync` a warp collective by the PTX fragment layout,
+//! `cp.async` copies that land at the `wait_group` that covers them), compiled with the
+//! machine's C++ compiler under the address and undefined-behaviour sanitizers and run on
+//! the CPU. It checks, without a GPU, what the GPU tests check on one: the output against
+//! the f64 reference and the CPU model of the kernel's arithmetic, every output written,
+//! reruns bit-identical whatever the order the blocks run in (the cut-stripe reduction is
+//! ordered), the arrival counters back to zero, and no read or write outside a buffer; for
+//! the launch plans of small and large GPUs, every M tile, ragged N and K, and every
+//! activation copy width. Skips with a printed reason when there is no C++20 compiler
+//! (`CXX`, else `c++`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use fp8_linear::cuda::marlin::emulate::emulate;
+use fp8_linear::cuda::marlin::plan::{x_copy_bytes, LaunchPlan, MarlinPipeline};
+use fp8_linear::cuda::marlin::{repack, SOURCE};
+use fp8_linear::{DType, LayerConfig};
+use fp8_linear_tests::check::{compare, Tolerance};
+use fp8_linear_tests::layers::{random_activations, random_block_weight};
+use half::{bf16, f16};
+
+const SHIM: &str = include_str!("../marlin_host/shim.h");
+const PRIMITIVES: &str = include_str!("../marlin_host/primitives.h");
+const MAIN: &str = include_str!("../marlin_host/main.cpp");
+
+/// The kernel source with its device primitives swapped for the host ones.
+fn host_kernel_source() -> String {
+    let begin = SOURCE
+        .find("// ---- BEGIN DEVICE PRIMITIVES ----")
+        .expect("begin marker in marlin.cu");
+    let end_marker = "// ---- END DEVICE PRIMITIVES ----";
+    let end = SOURCE.find(end_marker).expect("end marker in marlin.cu") + end_marker.len();
+    let body = format!("{}{}{}", &SOURCE[..begin], PRIMITIVES, &SOURCE[end..]);
+    let dynamic = "extern __shared__ U4 smem[];";
+    assert!(body.contains(dynamic), "the kernel's dynamic shared memory");
+    body.replace(dynamic, "U4* smem = reinterpret_cast<U4*>(host_smem);")
+        .replace("__shared__", "static")
+}
+
+/// Compiles the host model into `dir`; None (after printing why) without a C++20 compiler.
+fn build(dir: &Path) -> Option<PathBuf> {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    for (name, text) in [
+        ("shim.h", SHIM.to_string()),
+        ("kernel.inc", host_kernel_source()),
+        ("main.cpp", MAIN.to_string()),
+    ] {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let exe = dir.join("marlin_host");
+    let out = match Command::new(&cxx)
+        .current_dir(dir)
+        .args([
+            "-std=c++20",
+            "-O1",
+            "-g",
+            "-pthread",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-Wno-unknown-pragmas",
+            "-DKERNEL_INC=\"kernel.inc\"",
+            "main.cpp",
+            "-o",
+        ])
+        .arg(&exe)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: no C++ compiler ({cxx}: {e})");
+            return None;
+        }
+    };
+    if !out.status.success() {
+        let log = String::from_utf8_lossy(&out.stderr);
+        if log.contains("c++20") || log.contains("barrier: No such file") {
+            eprintln!("skipped: {cxx} lacks C++20 <barrier>: {log}");
+            return None;
+        }
+        panic!("the host model does not compile:\n{log}");
+    }
+    Some(exe)
+}
+
+/// One layer and call on the host model.
+struct Case {
+    n: usize,
+    k: usize,
+    dt: DType,
+    m: usize,
+    /// SMs of the GPU the plan is made for.
+    sms: usize,
+    /// Opt-in shared memory per block of that GPU.
+    smem: usize,
+    tuning: MarlinPipeline,
+    /// Elements between the 16-byte aligned buffer start and the activations.
+    x_offset: usize,
+    bias: bool,
+}
+
+const LAUNCHES: usize = 3;
+
+/// The little-endian bytes of `v`, element by element.
+fn le<T, const N: usize>(v: &[T], f: impl Fn(&T) -> [u8; N]) -> Vec<u8> {
+    v.iter().flat_map(f).collect()
+}
+
+fn section(buf: &mut Vec<u8>, bytes: &[u8]) {
+    buf.extend((bytes.len() as u64).to_le_bytes());
+    buf.extend(bytes);
+}
+
+fn run_case(exe: &Path, dir: &Path, c: &Case, tag: &str) {
+    let cfg = LayerConfig::block_128(c.n, c.k, c.dt, c.dt);
+    let (codes, ws) = random_block_weight(c.n, c.k, 6);
+    let mw = repack::prepare(&cfg, &codes, &ws).unwrap();
+    let bf = c.dt == DType::Bf16;
+    let x = random_activations(c.m, c.k);
+    let bits: Vec<u16> = x
+        .iter()
+        .map(|v| {
+            if bf {
+                bf16::from_f32(*v).to_bits()
+            } else {
+                f16::from_f32(*v).to_bits()
+            }
+        })
+        .collect();
+    let exact: Vec<f32> = bits
+        .iter()
+        .map(|b| repack::half_bits_to_f32(*b, bf))
+        .collect();
+    let bias: Vec<f32> = (0..c.n).map(|j| (j % 7) as f32 * 0.25 - 0.75).collect();
+    let ksteps = mw.ksteps();
+    let p = LaunchPlan::new(c.m, mw.stripes(), ksteps, c.sms, c.smem, &c.tuning).unwrap();
+    let spg = mw.steps_per_group;
+    let params: Vec<i32> = vec![
+        c.m as i32,
+        c.n as i32,
+        c.k as i32,
+        ksteps as i32,
+        spg as i32,
+        mw.groups as i32,
+        if spg.is_power_of_two() {
+            spg.trailing_zeros() as i32
+        } else {
+            -1
+        },
+        p.stripes as i32,
+        p.stages as i32,
+        x_copy_bytes(c.k, 2 * c.x_offset as u64),
+        p.mt as i32,
+        i32::from(bf),
+        p.chunks as i32,
+        p.ranges as i32,
+        c.x_offset as i32,
+        LAUNCHES as i32,
+        i32::from(c.bias),
+    ];
+    let mut input = Vec::new();
+    section(&mut input, &le(&params, |v| v.to_le_bytes()));
+    section(&mut input, &mw.weight);
+    section(&mut input, &mw.group_scale_bytes());
+    section(&mut input, &le(&mw.channel, |v| v.to_le_bytes()));
+    section(&mut input, &le(&bias, |v| v.to_le_bytes()));
+    let mut xb = vec![0u8; 2 * c.x_offset];
+    xb.extend(le(&bits, |v| v.to_le_bytes()));
+    section(&mut input, &xb);
+    let (inp, outp) = (
+        dir.join(format!("{tag}.in")),
+        dir.join(format!("{tag}.out")),
+    );
+    std::fs::write(&inp, input).unwrap();
+    let what = format!(
+        "N={} K={} {} M={} plan {p:?} x_vec {} bias {}",
+        c.n, c.k, c.dt, c.m, params[9], c.bias
+    );
+    let r = Command::new(exe).arg(&inp).arg(&outp).output().unwrap();
+    assert!(
+        r.status.success(),
+        "{what}: the host model failed ({:?}): {}",
+        r.status.code(),
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let raw = std::fs::read(&outp).unwrap();
+    let (m, n) = (c.m, c.n);
+    assert_eq!(raw.len(), LAUNCHES * m * n * 2, "{what}");
+    let launch = |l: usize| -> Vec<u16> {
+        raw[l * m * n * 2..(l + 1) * m * n * 2]
+            .chunks(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect()
+    };
+    let first = launch(0);
+    for l in 1..LAUNCHES {
+        assert!(
+            first == launch(l),
+            "{what}: launch {l} (another block order) differs from launch 0"
+        );
+    }
+    let got: Vec<f32> = first
+        .iter()
+        .map(|b| repack::half_bits_to_f32(*b, bf))
+        .collect();
+    let mut model = emulate(&mw, &exact, m);
+    if c.bias {
+        for (i, v) in model.iter_mut().enumerate() {
+            *v += bias[i % n] as f64;
+        }
+    }
+    let cmp = compare(&got, &model, n, Tolerance::cpu(c.dt).with(4e-3, 1e-4));
+    eprintln!("host model {what}: {}", cmp.summary());
+    cmp.assert_ok(&what);
+}
+
+#[test]
+fn the_kernel_source_runs_on_the_host_model() {
+    let dir = std::env::temp_dir().join(format!("fp8-marlin-host-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(exe) = build(&dir) else {
+        return;
+    };
+    let h200 = (132, 232_448);
+    let base = Case {
+        n: 128,
+        k: 512,
+        dt: DType::Bf16,
+        m: 1,
+        sms: 3,
+        smem: h200.1,
+        tuning: MarlinPipeline::default(),
+        x_offset: 0,
+        bias: false,
+    };
+    let sweep = MarlinPipeline::SWEEP;
+    let cases = [
+        // Ranges that cut stripes, one stage each, the ring deeper than the range.
+        Case { ..base },
+        // Ragged K (8-byte rows) and N, two M tiles, a 2-stage ring.
+        Case {
+            n: 200,
+            k: 3884,
+            m: 9,
+            sms: 5,
+            tuning: sweep[4],
+            bias: true,
+            ..base
+        },
+        // f16, 64-row tile with 40 rows, element copies of misaligned activations.
+        Case {
+            n: 200,
+            k: 3884,
+            dt: DType::F16,
+            m: 40,
+            sms: 5,
+            x_offset: 1,
+            ..base
+        },
+        // Two 64-row chunks, odd K, whole stripes per block (no cuts).
+        Case {
+            n: 1100,
+            k: 389,
+            m: 70,
+            sms: 7,
+            x_offset: 2,
+            ..base
+        },
+        // 4-byte copies, 32-row tile, an sm_86-sized shared memory.
+        Case {
+            n: 300,
+            k: 390,
+            m: 30,
+            sms: 6,
+            smem: 101_376,
+            x_offset: 2,
+            tuning: sweep[1],
+            ..base
+        },
+        // Four chunks whose ranges cut stripes, 3-stage ring, bias.
+        Case {
+            n: 128,
+            k: 512,
+            m: 200,
+            sms: 50,
+            tuning: sweep[3],
+            bias: true,
+            ..base
+        },
+        // Many ranges per stripe (the H200's SM count on a small layer), f16.
+        Case {
+            n: 64,
+            k: 2048,
+            dt: DType::F16,
+            m: 4,
+            sms: h200.0,
+            ..base
+        },
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        run_case(&exe, &dir, c, &format!("case{i}"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
