@@ -376,6 +376,57 @@ fn summary(bw: f64, gpu: &Gpu) {
             );
         }
     }
+    a100_prediction(&t, gpu);
+}
+
+/// An A100 (80 GB)'s practical weight-read rate, assumed 88 % of its 2.04 TB/s peak (about
+/// 1.8 TB/s, what device copies are commonly reported to reach on it). An assumption, not a
+/// measurement here; this card's read-once kernel reaches 3.9 of its 4.8 TB/s (81 %).
+const A100_READ: f64 = 0.88 * 2.04e12;
+/// SMs of an A100.
+const A100_SMS: f64 = 108.0;
+
+/// The predicted A100 time of Marlin at M = 1 per shape: this run's M = 1 times fitted as
+/// `fixed + bytes / rate` (least squares over the shapes), then on an A100 the same fixed
+/// cost plus the weight at the slower of this GPU's per-SM rate times 108 SMs and
+/// [`A100_READ`].
+fn a100_prediction(t: &Times, gpu: &Gpu) {
+    let pts: Vec<(f64, f64)> = SHAPES
+        .iter()
+        .filter_map(|&(n, k)| {
+            t.get(&((n, k), 1, "MarlinFp8"))
+                .map(|v| ((n * k) as f64, median(v)))
+        })
+        .collect();
+    if pts.len() < 2 {
+        return;
+    }
+    let c = pts.len() as f64;
+    let (mx, my) = (
+        pts.iter().map(|p| p.0).sum::<f64>() / c,
+        pts.iter().map(|p| p.1).sum::<f64>() / c,
+    );
+    let slope = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>()
+        / pts.iter().map(|p| (p.0 - mx).powi(2)).sum::<f64>();
+    let fixed = my - slope * mx;
+    let per_sm = 1e6 / slope / f64::from(gpu.device().sm_count);
+    let a100_rate = (per_sm * A100_SMS).min(A100_READ);
+    println!(
+        "\nA100 prediction (M = 1): fit here fixed {fixed:.1} us + bytes at {:.2} TB/s \
+         ({:.1} GB/s per SM); A100: {:.2} TB/s (min of 108 SMs at that rate and {:.2} TB/s)",
+        1e-6 / slope,
+        per_sm * 1e-9,
+        a100_rate * 1e-12,
+        A100_READ * 1e-12
+    );
+    for (bytes, us) in pts {
+        println!(
+            "  {:>6.1} MB: here {us:.1} us; A100 predicted {:.1} us (read floor at 2.04 TB/s {:.1} us)",
+            bytes / 1e6,
+            fixed + bytes / a100_rate * 1e6,
+            bytes / 2.04e12 * 1e6
+        );
+    }
 }
 
 fn main() {
