@@ -14,11 +14,12 @@ use fp8_linear::DType;
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
 
-const FILES: [(&str, &str); 4] = [
+const FILES: [(&str, &str); 5] = [
     ("cuda.h", include_str!("../host_model/cuda.h")),
     ("common.h", include_str!("../host_model/common.h")),
     ("block_gemm.h", include_str!("../host_model/block_gemm.h")),
     ("decode_gemm.h", include_str!("../host_model/decode_gemm.h")),
+    ("marlin.h", include_str!("../host_model/marlin.h")),
 ];
 
 /// A kernel source for the host: its dynamic shared memory array (`extern __shared__ ...

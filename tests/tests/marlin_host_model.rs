@@ -1,91 +1,24 @@
-//! The host model of the Marlin kernel: `cu/marlin.cu` itself, its device primitives
-//! section swapped for C++ equivalents (tests/marlin_host: one OS thread per CUDA thread,
-//! `__syncthreads` a barrier, `mma.sync` a warp collective by the PTX fragment layout,
-//! `cp.async` copies that land at the `wait_group` that covers them), compiled with the
-//! machine's C++ compiler under the address and undefined-behaviour sanitizers (and, for
-//! three plans, the thread sanitizer: a race check of the shared-memory barriers) and run on
-//! the CPU. It checks, without a GPU, what the GPU tests check on one: the output against
-//! the f64 reference and the CPU model of the kernel's arithmetic, every output written,
-//! reruns bit-identical whatever the order the blocks run in (the cut-stripe reduction is
-//! ordered), the arrival counters back to zero, and no read or write outside a buffer; for
-//! the launch plans of small and large GPUs, every M tile, ragged N and K, and every
-//! activation copy width. Skips with a printed reason when there is no C++20 compiler
-//! (`CXX`, else `c++`).
-
-use std::path::{Path, PathBuf};
-use std::process::Command;
+//! The host model of the Marlin kernel (`cu/marlin.cu`): the kernel's own source compiled on
+//! the CPU (tests/src/host_model.rs) under the address and undefined-behaviour sanitizers
+//! (and, for three plans, the thread sanitizer: a race check of the shared-memory barriers).
+//! It checks, without a GPU, what the GPU tests check on one: the output against the CPU
+//! model of the kernel's arithmetic, every output written, reruns bit-identical whatever the
+//! order the blocks run in (the cut-stripe reduction is ordered), the arrival counters back
+//! to zero, and no read or write outside a buffer; for the launch plans of small and large
+//! GPUs, every M tile, ragged N and K, and every activation copy width. Skips with a printed
+//! reason when there is no C++20 compiler.
 
 use fp8_linear::cuda::marlin::emulate::emulate;
 use fp8_linear::cuda::marlin::plan::{x_copy_bytes, LaunchPlan, MarlinPipeline};
-use fp8_linear::cuda::marlin::{repack, SOURCE};
+use fp8_linear::cuda::marlin::repack;
+use fp8_linear::cuda::sources::marlin_module;
 use fp8_linear::{DType, LayerConfig};
 use fp8_linear_tests::check::{compare, Tolerance};
+use fp8_linear_tests::host_model::{le, section, HostModel};
 use fp8_linear_tests::layers::{random_activations, random_block_weight};
 use half::{bf16, f16};
 
-const SHIM: &str = include_str!("../marlin_host/shim.h");
-const PRIMITIVES: &str = include_str!("../marlin_host/primitives.h");
-const MAIN: &str = include_str!("../marlin_host/main.cpp");
-
-/// The kernel source with its device primitives swapped for the host ones.
-fn host_kernel_source() -> String {
-    let begin = SOURCE
-        .find("// ---- BEGIN DEVICE PRIMITIVES ----")
-        .expect("begin marker in marlin.cu");
-    let end_marker = "// ---- END DEVICE PRIMITIVES ----";
-    let end = SOURCE.find(end_marker).expect("end marker in marlin.cu") + end_marker.len();
-    let body = format!("{}{}{}", &SOURCE[..begin], PRIMITIVES, &SOURCE[end..]);
-    let dynamic = "extern __shared__ U4 smem[];";
-    assert!(body.contains(dynamic), "the kernel's dynamic shared memory");
-    body.replace(dynamic, "U4* smem = reinterpret_cast<U4*>(host_smem);")
-        .replace("__shared__", "static")
-}
-
-/// Compiles the host model into `dir` with `sanitizers` (`-fsanitize=`); None (after printing
-/// why) without a C++20 compiler.
-fn build(dir: &Path, sanitizers: &str) -> Option<PathBuf> {
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    for (name, text) in [
-        ("shim.h", SHIM.to_string()),
-        ("kernel.inc", host_kernel_source()),
-        ("main.cpp", MAIN.to_string()),
-    ] {
-        std::fs::write(dir.join(name), text).unwrap();
-    }
-    let exe = dir.join("marlin_host");
-    let out = match Command::new(&cxx)
-        .current_dir(dir)
-        .args([
-            "-std=c++20",
-            "-O1",
-            "-g",
-            "-pthread",
-            &format!("-fsanitize={sanitizers}"),
-            "-fno-sanitize-recover=all",
-            "-Wno-unknown-pragmas",
-            "-DKERNEL_INC=\"kernel.inc\"",
-            "main.cpp",
-            "-o",
-        ])
-        .arg(&exe)
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("skipped: no C++ compiler ({cxx}: {e})");
-            return None;
-        }
-    };
-    if !out.status.success() {
-        let log = String::from_utf8_lossy(&out.stderr);
-        if log.contains("c++20") || log.contains("barrier: No such file") {
-            eprintln!("skipped: {cxx} lacks C++20 <barrier>: {log}");
-            return None;
-        }
-        panic!("the host model does not compile:\n{log}");
-    }
-    Some(exe)
-}
+const DRIVER: &str = include_str!("../host_model/marlin_main.cpp");
 
 /// One layer and call on the host model.
 struct Case {
@@ -105,17 +38,7 @@ struct Case {
 
 const LAUNCHES: usize = 3;
 
-/// The little-endian bytes of `v`, element by element.
-fn le<T, const N: usize>(v: &[T], f: impl Fn(&T) -> [u8; N]) -> Vec<u8> {
-    v.iter().flat_map(f).collect()
-}
-
-fn section(buf: &mut Vec<u8>, bytes: &[u8]) {
-    buf.extend((bytes.len() as u64).to_le_bytes());
-    buf.extend(bytes);
-}
-
-fn run_case(exe: &Path, dir: &Path, c: &Case, tag: &str) {
+fn run_case(model: &HostModel, c: &Case, tag: &str) {
     let cfg = LayerConfig::block_128(c.n, c.k, c.dt, c.dt);
     let (codes, ws) = random_block_weight(c.n, c.k, 6);
     let mw = repack::prepare(&cfg, &codes, &ws).unwrap();
@@ -171,23 +94,13 @@ fn run_case(exe: &Path, dir: &Path, c: &Case, tag: &str) {
     let mut xb = vec![0u8; 2 * c.x_offset];
     xb.extend(le(&bits, |v| v.to_le_bytes()));
     section(&mut input, &xb);
-    let (inp, outp) = (
-        dir.join(format!("{tag}.in")),
-        dir.join(format!("{tag}.out")),
-    );
-    std::fs::write(&inp, input).unwrap();
     let what = format!(
         "N={} K={} {} M={} plan {p:?} x_vec {} bias {}",
         c.n, c.k, c.dt, c.m, params[9], c.bias
     );
-    let r = Command::new(exe).arg(&inp).arg(&outp).output().unwrap();
-    assert!(
-        r.status.success(),
-        "{what}: the host model failed ({:?}): {}",
-        r.status.code(),
-        String::from_utf8_lossy(&r.stderr)
-    );
-    let raw = std::fs::read(&outp).unwrap();
+    let raw = model
+        .run(&input, tag)
+        .unwrap_or_else(|e| panic!("{what}: the host model failed: {e}"));
     let (m, n) = (c.m, c.n);
     assert_eq!(raw.len(), LAUNCHES * m * n * 2, "{what}");
     let launch = |l: usize| -> Vec<u16> {
@@ -301,29 +214,26 @@ fn cases() -> Vec<Case> {
 
 /// Runs `cases` (indices into [`cases`]) on the host model built with `sanitizers`.
 fn run_on_host_model(sanitizers: &str, tag: &str, pick: &[usize]) {
-    let dir = std::env::temp_dir().join(format!("fp8-marlin-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let Some(exe) = build(&dir, sanitizers) else {
+    let Some(model) = HostModel::build(tag, DRIVER, &marlin_module(), sanitizers) else {
         return;
     };
     let all = cases();
     for &i in pick {
-        run_case(&exe, &dir, &all[i], &format!("case{i}"));
+        run_case(&model, &all[i], &format!("case{i}"));
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every case under the address and undefined-behaviour sanitizers: the numerics, the
 /// block-order independence, the counters and every access in bounds.
 #[test]
-fn the_kernel_source_runs_on_the_host_model() {
-    run_on_host_model("address,undefined", "asan", &[0, 1, 2, 3, 4, 5, 6]);
+fn the_marlin_kernel_source_runs_on_the_host_model() {
+    run_on_host_model("address,undefined", "marlin-asan", &[0, 1, 2, 3, 4, 5, 6]);
 }
 
 /// The cut-stripe plans under the thread sanitizer: a shared-memory read or write that no
 /// barrier orders after the other threads' writes is reported (a missing `__syncthreads`).
 /// Three of the plans: under this sanitizer the seven take 182 s here, against 38 s.
 #[test]
-fn the_host_model_has_no_shared_memory_race() {
-    run_on_host_model("thread", "tsan", &[0, 1, 6]);
+fn the_marlin_kernel_has_no_shared_memory_race() {
+    run_on_host_model("thread", "marlin-tsan", &[0, 1, 6]);
 }

@@ -56,9 +56,10 @@ __device__ __forceinline__ u32 deq_lo(u32 q) {
     return deq_hi<BF16>(q << 8);
 }
 
-// ---- BEGIN DEVICE PRIMITIVES ----
-// Every PTX instruction the kernel uses is in this section (the host model of the kernel,
-// tests/marlin_host, swaps it for C++ equivalents to run the rest of this file on a CPU).
+// Every PTX instruction the kernel uses is in this section, under `#ifndef FP8_HOST_MODEL`:
+// the host model of the kernels (tests/host_model) compiles the rest of this file on a CPU
+// with C++ versions of these helpers.
+#ifndef FP8_HOST_MODEL
 
 // a * b on two 16-bit floats (no flush of subnormals). fma with -0 is exactly a * b.
 template <int BF16>
@@ -147,7 +148,7 @@ __device__ __forceinline__ void cp_wait(int n) {
         default: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
     }
 }
-// ---- END DEVICE PRIMITIVES ----
+#endif  // FP8_HOST_MODEL
 
 // Units (32-wide K steps) per stage, warps and threads per block.
 #define UNITS 8
