@@ -17,12 +17,9 @@ inline u32 mul2(u32 a, u32 b) {
 // g + 8, columns 2t, 2t + 1.
 template <int BF16>
 inline void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    WarpExchange& x = warp_exchange[warp];
     const u32 mine[6] = {a0, a1, a2, a3, b0, b1};
-    for (int i = 0; i < 6; i++) x.w[lane][i] = mine[i];
-    __syncwarp();
-    const int g = lane >> 2, t = lane & 3;
+    const WarpExchange& x = warp_post(mine, 6);
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float r[4];
     for (int i = 0; i < 4; i++) {
         const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
