@@ -209,6 +209,17 @@ fn cases() -> Vec<Case> {
             sms: h200.0,
             ..base
         },
+        // An A100 (108 SMs, 163 KiB): the 64-row tile in a ring of two stages, every range
+        // one stage of a 4-stripe layer.
+        Case {
+            n: 256,
+            k: 1024,
+            m: 64,
+            sms: 108,
+            smem: 166_912,
+            bias: true,
+            ..base
+        },
     ]
 }
 
@@ -227,7 +238,11 @@ fn run_on_host_model(sanitizers: &str, tag: &str, pick: &[usize]) {
 /// block-order independence, the counters and every access in bounds.
 #[test]
 fn the_marlin_kernel_source_runs_on_the_host_model() {
-    run_on_host_model("address,undefined", "marlin-asan", &[0, 1, 2, 3, 4, 5, 6]);
+    run_on_host_model(
+        "address,undefined",
+        "marlin-asan",
+        &[0, 1, 2, 3, 4, 5, 6, 7],
+    );
 }
 
 /// The cut-stripe plans under the thread sanitizer: a shared-memory read or write that no
