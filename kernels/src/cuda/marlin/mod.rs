@@ -262,7 +262,10 @@ impl Fp8Kernel for MarlinFp8 {
             .module_for(&sources::marlin_module(), self.target)
             .map_err(be(NAME))?;
         let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
-        let load = |name: &str| function_with_shared_memory(&module, name, optin).map_err(be(NAME));
+        // The largest ring a plan can ask for (the static variables need their share).
+        let dynamic = plan::max_dynamic_smem(optin as usize) as u32;
+        let load =
+            |name: &str| function_with_shared_memory(&module, name, dynamic).map_err(be(NAME));
         let [f1, f2, f4, f8] = KERNELS[usize::from(mw.bf16)];
         let funcs = [load(f1)?, load(f2)?, load(f4)?, load(f8)?];
         let state = State {

@@ -69,6 +69,13 @@ pub const fn reduce_bytes(mt: usize) -> usize {
 /// Shared memory the system and the kernel's static variables take per block.
 const RESERVED_PER_BLOCK: usize = 1024 + 64;
 
+/// The most dynamic shared memory a launch plan uses on a device whose opt-in limit per block
+/// is `smem_optin`: the limit less the kernel's static variables (the driver refuses a
+/// dynamic limit that leaves them no room). The kernel functions are loaded with it.
+pub const fn max_dynamic_smem(smem_optin: usize) -> usize {
+    (smem_optin + 1024).saturating_sub(RESERVED_PER_BLOCK)
+}
+
 /// Bytes per activation copy the kernel may use for rows of `k` 16-bit elements starting at
 /// device address `ptr`: 16, 8 or 4 (cp.async needs the source aligned to the copy), else 0
 /// (element copies).
@@ -82,14 +89,15 @@ pub fn x_copy_bytes(k: usize, ptr: u64) -> i32 {
 /// Blocks per SM and ring depth for `mt` 8-row tiles: the tuning's, reduced until two
 /// stages fit; `None` when not even one block of two stages fits.
 fn ring(mt: usize, smem_optin: usize, tuning: &MarlinPipeline) -> Option<(usize, usize)> {
-    let per_sm = smem_optin + 1024;
     let mut bps = if mt == 8 {
         1
     } else {
         tuning.blocks_per_sm.max(1) as usize
     };
     loop {
-        let budget = (per_sm / bps).saturating_sub(RESERVED_PER_BLOCK);
+        // A block's share of the SM (its opt-in limit plus the system's 1 KiB), less its own
+        // reservation: with one block, exactly max_dynamic_smem.
+        let budget = ((smem_optin + 1024) / bps).saturating_sub(RESERVED_PER_BLOCK);
         let fit = budget.saturating_sub(reduce_bytes(mt)) / stage_bytes(mt);
         let stages = fit.min(tuning.stages as usize);
         if stages >= 2 {
@@ -221,7 +229,7 @@ mod tests {
             let p = LaunchPlan::new(m, stripes, ksteps, 132, H200_SMEM, &t).unwrap();
             assert!(p.chunks * 8 * p.mt >= m, "{p:?}");
             assert!((2..=8).contains(&p.stages), "{p:?}");
-            assert!(p.smem <= H200_SMEM, "{p:?}");
+            assert!(p.smem <= max_dynamic_smem(H200_SMEM), "{p:?}");
             let total = stripes * ksteps / STAGE_STEPS;
             assert!(p.ranges >= 1 && p.ranges <= total.max(stripes), "{p:?}");
             // every range non-empty, so every stripe piece has an owner
@@ -253,7 +261,7 @@ mod tests {
         // of the 64-row one: M = 64 runs as two 32-row chunks.
         let p = LaunchPlan::new(64, 64, 128, 84, 101_376, &t).unwrap();
         assert_eq!((p.mt, p.chunks, p.stages), (4, 2, 2), "{p:?}");
-        assert!(p.smem <= 101_376);
+        assert!(p.smem <= max_dynamic_smem(101_376));
         // A 163 KiB A100 holds two stages of 64 rows.
         let a100 = LaunchPlan::new(64, 64, 128, 108, 166_912, &t).unwrap();
         assert_eq!((a100.mt, a100.stages), (8, 2), "{a100:?}");
