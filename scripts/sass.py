@@ -3,7 +3,7 @@
 
 Compiles CUDA C sources with NVRTC (the pip wheel's libnvrtc) for an sm_XY target, prints
 ptxas's register and spill lines, and, when nvdisasm is given, disassembles the cubin and
-counts chosen instructions per kernel.
+counts chosen instructions per kernel (SASS_OUT=FILE also writes the whole disassembly).
 
     pip download --no-deps nvidia-cuda-nvrtc nvidia-cuda-nvdisasm -d /tmp/w   # then unzip both
     NVRTC=/tmp/w/nvidia/cu13/lib/libnvrtc.so.13 NVDISASM=/tmp/w/nvidia/cu13/bin/nvdisasm \\
@@ -49,9 +49,12 @@ def main():
         f.flush()
         sass = subprocess.run([nvdisasm, "-c", "-sf", f.name], capture_output=True,
                               text=True, check=True).stdout
+    if os.environ.get("SASS_OUT"):
+        with open(os.environ["SASS_OUT"], "w") as out:
+            out.write(sass)
     parts = re.split(r"\n\s*\.text\.(\S+):", sass)
     for name, body in zip(parts[1::2], parts[2::2]):
-        code = [l for l in body.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", l)]
+        code = [l for l in body.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", l)]
         counts = " ".join(f"{c} {sum(1 for l in code if re.search(c, l))}" for c in COUNTED)
         print(f"{name}: {len(code)} instructions; {counts}")
 

@@ -278,7 +278,7 @@ fn sweep(gpu: &Arc<Gpu>) {
             let mut marlin = MarlinFp8::new(&ctx, MarlinFp8::LAYER_PARAMS).unwrap();
             marlin.set_tuning(*t).unwrap();
             marlin.process_weights(&weights).unwrap();
-            for m in [1, 16, 32, 64] {
+            for m in [1, 16, 32, 64, 128] {
                 let x: Vec<bf16> = (0..m * k)
                     .map(|i| bf16::from_f32((i % 7) as f32 - 3.0))
                     .collect();

@@ -193,29 +193,26 @@ __device__ __forceinline__ int range_of(long long q, long long total, long long 
     return (int)(((q + 1) * ranges - 1) / total);
 }
 
-// One activation word (8 elements of a row) into shared memory at `dst`.
-__device__ __forceinline__ void copy_x(const Args& a, u32 dst, U4* dst_ptr, int row, int kk) {
-    const bool row_ok = row < a.m;
-    const u16* p = a.x + (size_t)(row_ok ? row : 0) * a.ldx + kk;
-    if (a.x_vec == 16) {
-        cp16(dst, row_ok && kk < a.k ? (const void*)p : (const void*)a.x,
-             row_ok && kk < a.k ? 16u : 0u);
-    } else if (a.x_vec == 8) {
+// One activation word (8 elements of a row, at `p`, K index kk) into shared memory at `dst`,
+// for activations that do not allow 16-byte copies (x_vec 8, 4 or 0).
+__device__ __forceinline__ void copy_x_narrow(const Args& a, u32 dst, U4* dst_ptr, const u16* p,
+                                              int kk) {
+    if (a.x_vec == 8) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const bool ok = row_ok && kk + 4 * h < a.k;
+            const bool ok = kk + 4 * h < a.k;
             cp8(dst + 8 * h, ok ? (const void*)(p + 4 * h) : (const void*)a.x, ok ? 8u : 0u);
         }
     } else if (a.x_vec == 4) {
 #pragma unroll
         for (int h = 0; h < 4; h++) {
-            const bool ok = row_ok && kk + 2 * h < a.k;
+            const bool ok = kk + 2 * h < a.k;
             cp4(dst + 4 * h, ok ? (const void*)(p + 2 * h) : (const void*)a.x, ok ? 4u : 0u);
         }
     } else {
         u32 e[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) e[i] = (row_ok && kk + i < a.k) ? (u32)p[i] : 0u;
+        for (int i = 0; i < 8; i++) e[i] = kk + i < a.k ? (u32)p[i] : 0u;
         U4 v;
         v.x = e[0] | (e[1] << 16);
         v.y = e[2] | (e[3] << 16);
@@ -225,53 +222,92 @@ __device__ __forceinline__ void copy_x(const Args& a, u32 dst, U4* dst_ptr, int 
     }
 }
 
-// Issues the copies of stage `ks` of `stripe` into ring slot `buf`, and commits them as one
-// group.
+// One thread's share of every stage's copies, its source pointers and shared-memory offsets
+// computed once. Per stage a thread copies 4 weight words, one group-scale word (threads
+// 0..63) and MT activation words of one row (rows >= m are never copied: their shared
+// memory is zeroed once, and an mma column of a row >= m only reaches outputs not stored).
 template <int MT>
-__device__ __forceinline__ void issue_stage(const Args& a, U4* buf, int stripe, int ks,
-                                            int row0) {
+struct Producer {
     typedef StageLayout<MT> L;
-    const int tid = threadIdx.x;
-    const int step0 = ks * UNITS;
-    const U4* wsrc = a.w + ((size_t)stripe * a.ksteps + step0) * 128;
-    const u32 wdst = smem_addr(buf);
-#pragma unroll
-    for (int i = 0; i < L::W / THREADS; i++) {
-        const int c = tid + i * THREADS;
-        cp16(wdst + 16 * c, wsrc + c, 16u);
+    const U4* w;     // this thread's first weight word of the next stage to issue
+    const U4* s;     // group scales of channel word g of the next stage's stripe (scale threads)
+    const u16* x;    // this thread's activation row, or null when the row is >= m
+    int s_unit;      // unit of this thread's scale copy, or -1
+    int x_k;         // K offset of this thread's first activation word within a stage
+    u32 x_dst;       // its word index within a stage
+    int stripe, ks;  // the next stage to issue
+
+    __device__ __forceinline__ Producer(const Args& a, long long q0, int row0, int sps) {
+        const int tid = threadIdx.x;
+        w = a.w + (size_t)q0 * L::W + tid;
+        stripe = (int)(q0 / sps);
+        ks = (int)(q0 - (long long)stripe * sps);
+        s_unit = tid < L::S ? tid >> 3 : -1;
+        s = a.s + (size_t)stripe * a.groups * 8 + (tid & 7);
+        // Copy i of the thread: word tid + i * THREADS of the activation tile, i.e. row
+        // (tid / 4) % (8 MT), part tid % 4 of unit (tid / 4) / (8 MT) + i * 8 / MT.
+        const int row = (tid >> 2) % (8 * MT), part = tid & 3, u0 = (tid >> 2) / (8 * MT);
+        x = row0 + row < a.m ? a.x + (size_t)(row0 + row) * a.ldx : nullptr;
+        x_k = u0 * 32 + part * 8;
+        x_dst = L::W + L::S + tid;
     }
-    if (tid < L::S) {
-        const int u = tid >> 3, g = tid & 7;
-        const int step = step0 + u;
-        int grp = a.spg_shift >= 0 ? step >> a.spg_shift : step / a.steps_per_group;
-        grp = min(grp, a.groups - 1);  // K padding: zero codes, any finite scale
-        cp16(wdst + 16 * (L::W + tid), a.s + ((size_t)stripe * a.groups + grp) * 8 + g, 16u);
-    }
+
+    // Zeroes, in every ring slot, the activation words this thread never copies.
+    __device__ __forceinline__ void zero_unused(U4* ring, int stages) const {
+        if (x) return;
+        const U4 z = {0u, 0u, 0u, 0u};
+        for (int b = 0; b < stages; b++)
 #pragma unroll
-    for (int i = 0; i < (L::X + THREADS - 1) / THREADS; i++) {
-        const int c = tid + i * THREADS;
-        if (L::X % THREADS == 0 || c < L::X) {
-            const int part = c & 3, row = (c >> 2) % (8 * MT), u = (c >> 2) / (8 * MT);
-            const int kk = (step0 + u) * 32 + part * 8;
-            copy_x(a, wdst + 16 * (L::W + L::S + c), buf + L::W + L::S + c, row0 + row, kk);
+            for (int i = 0; i < MT; i++) ring[(size_t)b * L::WORDS + x_dst + i * THREADS] = z;
+    }
+
+    // Issues the next stage's copies into ring slot `buf`, commits them as one group and
+    // moves to the following stage.
+    template <bool X16>
+    __device__ __forceinline__ void issue(const Args& a, U4* buf, int sps) {
+        const u32 dst = smem_addr(buf);
+#pragma unroll
+        for (int i = 0; i < L::W / THREADS; i++)
+            cp16(dst + 16 * (threadIdx.x + i * THREADS), w + i * THREADS, 16u);
+        w += L::W;
+        if (s_unit >= 0) {
+            const int step = ks * UNITS + s_unit;
+            int grp = a.spg_shift >= 0 ? step >> a.spg_shift : step / a.steps_per_group;
+            grp = min(grp, a.groups - 1);  // K padding: zero codes, any finite scale
+            cp16(dst + 16 * (L::W + threadIdx.x), s + (size_t)grp * 8, 16u);
+        }
+        if (x) {
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const int kk = ks * (UNITS * 32) + x_k + i * (8 / MT) * 32;
+                const u32 d = dst + 16 * (x_dst + i * THREADS);
+                if (X16) {
+                    const bool ok = kk < a.k;  // k % 8 == 0: the whole word or none of it
+                    cp16(d, ok ? (const void*)(x + kk) : (const void*)a.x, ok ? 16u : 0u);
+                } else {
+                    copy_x_narrow(a, d, buf + x_dst + i * THREADS, x + kk, kk);
+                }
+            }
+        }
+        cp_commit();
+        if (++ks == sps) {
+            ks = 0;
+            stripe++;
+            s += (size_t)a.groups * 8;
         }
     }
-    cp_commit();
-}
+};
 
-// The warp's share of one stage: tile `tile` of units kh, kh + 2, kh + 4, kh + 6 (kh is
-// the warp's K half).
+// The warp's share of one stage: its tile of units kh, kh + 2, kh + 4, kh + 6 (kh is the
+// warp's K half). w, sc and xs point at the warp's weight word, scale word and activation
+// word of unit kh in the stage's ring slot.
 template <int BF16, int MT>
-__device__ __forceinline__ void compute_stage(const U4* buf, int tile, int kh, int lane,
+__device__ __forceinline__ void compute_stage(const U4* w, const u32* sc, const U4* xs,
                                               float (&acc)[MT][4]) {
-    typedef StageLayout<MT> L;
-    const int g = lane >> 2, t = lane & 3;
-    const u32* sc = reinterpret_cast<const u32*>(buf + L::W);
 #pragma unroll
     for (int i = 0; i < UNITS / 2; i++) {
-        const int u = kh + 2 * i;
-        const U4 q = buf[(u * 4 + tile) * 32 + lane];
-        const u32 sw = sc[(u * 8 + g) * 4 + tile];
+        const U4 q = w[i * 2 * 4 * 32];
+        const u32 sw = sc[i * 2 * 8 * 4];
         // scale of this lane's channel g (low half) and g + 8 (high half), broadcast to pairs
         const u32 slo = __byte_perm(sw, 0, 0x1010);
         const u32 shi = __byte_perm(sw, 0, 0x3232);
@@ -284,10 +320,9 @@ __device__ __forceinline__ void compute_stage(const U4* buf, int tile, int kh, i
         fa[1][2] = mul2<BF16>(deq_hi<BF16>(q.z), slo);
         fa[1][1] = mul2<BF16>(deq_lo<BF16>(q.w), shi);
         fa[1][3] = mul2<BF16>(deq_hi<BF16>(q.w), shi);
-        const U4* xs = buf + L::W + L::S + (u * 8 * MT + g) * 4 + t;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            const U4 xv = xs[mt * 32];
+            const U4 xv = xs[i * 2 * 8 * MT * 4 + mt * 32];
             mma<BF16>(acc[mt], fa[0][0], fa[0][1], fa[0][2], fa[0][3], xv.x, xv.y);
             mma<BF16>(acc[mt], fa[1][0], fa[1][1], fa[1][2], fa[1][3], xv.z, xv.w);
         }
@@ -319,7 +354,7 @@ __device__ __forceinline__ float* piece(const Args& a, int chunk, int b, int slo
     return a.work + (((size_t)chunk * gridDim.y + b) * 2 + slot) * (64 * 8 * MT);
 }
 
-template <int BF16, int MT>
+template <int BF16, int MT, bool X16>
 __device__ __forceinline__ void marlin_body(const Args& a) {
     typedef StageLayout<MT> L;
     extern __shared__ U4 smem[];
@@ -344,18 +379,24 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
         for (int r = 0; r < 4; r++) acc[mt][r] = 0.0f;
 
     const int S = a.stages;
-    // (stripe, stage within it) of the next stage to issue and of the stage computed.
-    int is = first_stripe, iks = (int)(q0 - (long long)first_stripe * sps);
-    int stripe = is, ks = iks;
+    Producer<MT> prod(a, q0, row0, sps);
+    prod.zero_unused(ring, S);
+    // (stripe, stage within it) of the stage computed.
+    int stripe = first_stripe, ks = prod.ks;
     for (int p = 0; p < S - 1; p++) {
         if (p < count) {
-            issue_stage<MT>(a, ring + (size_t)p * L::WORDS, is, iks, row0);
-            if (++iks == sps) iks = 0, is++;
+            prod.template issue<X16>(a, ring + (size_t)p * L::WORDS, sps);
         } else {
             cp_commit();
         }
     }
     int seg_ks = ks;  // first stage of the current stripe segment
+    // The warp's words of unit kh in ring slot 0 (weights, scales, activations).
+    const int g = lane >> 2, t = lane & 3;
+    const U4* cw = ring + (kh * 4 + tile) * 32 + lane;
+    const U4* cw0 = ring + L::W;
+    const int cs_idx = (kh * 8 + g) * 4 + tile;
+    const U4* cx = ring + L::W + L::S + (kh * 8 * MT + g) * 4 + t;
     int slot = 0;     // ring slot of stage p
     for (int p = 0; p < count; p++) {
         cp_wait(S - 2);
@@ -363,12 +404,15 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
         const int pn = p + S - 1;
         if (pn < count) {
             const int nslot = slot == 0 ? S - 1 : slot - 1;  // (p + S - 1) % S
-            issue_stage<MT>(a, ring + (size_t)nslot * L::WORDS, is, iks, row0);
-            if (++iks == sps) iks = 0, is++;
+            prod.template issue<X16>(a, ring + (size_t)nslot * L::WORDS, sps);
         } else {
             cp_commit();
         }
-        compute_stage<BF16, MT>(ring + (size_t)slot * L::WORDS, tile, kh, lane, acc);
+        {
+            const size_t off = (size_t)slot * L::WORDS;
+            compute_stage<BF16, MT>(cw + off, reinterpret_cast<const u32*>(cw0 + off) + cs_idx,
+                                    cx + off, acc);
+        }
         if (++slot == S) slot = 0;
 
         const bool stripe_end = ks == sps - 1;
@@ -455,7 +499,11 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
 // thread; its shared-memory ring allows one block per SM anyway).
 #define MARLIN_KERNEL(NAME, BF16, MT, MINB)                                                    \
     extern "C" __global__ void __launch_bounds__(THREADS, MINB) NAME(Args a) {                 \
-        marlin_body<BF16, MT>(a);                                                              \
+        if (a.x_vec == 16) {                                                                   \
+            marlin_body<BF16, MT, true>(a);                                                    \
+        } else {                                                                               \
+            marlin_body<BF16, MT, false>(a);                                                   \
+        }                                                                                      \
     }
 
 MARLIN_KERNEL(marlin_w8a16_f16_mt1, 0, 1, 2)

@@ -155,13 +155,17 @@ impl MarlinFp8 {
         Ok(())
     }
 
-    /// Sets the shared-memory ring depth and the blocks per SM (for benchmarks and tuning;
-    /// the default suits H100/H200-class GPUs). Takes effect at the next call.
+    /// Sets the shared-memory ring depth, the blocks per SM and the tallest M tile (for
+    /// benchmarks and tuning; the default suits H100/H200-class GPUs). Takes effect at the
+    /// next call.
     pub fn set_tuning(&mut self, tuning: MarlinPipeline) -> Result<(), KernelError> {
         if !tuning.is_valid() {
             return Err(KernelError::backend(
                 NAME,
-                format!("tuning out of range (stages 2..=8, blocks per SM 1..=2): {tuning:?}"),
+                format!(
+                    "tuning out of range (stages 2..=8, blocks per SM 1..=2, max tile rows 8, \
+                     16, 32 or 64): {tuning:?}"
+                ),
             ));
         }
         self.tuning = tuning;

@@ -15,6 +15,9 @@ pub struct MarlinPipeline {
     pub stages: u32,
     /// Blocks per SM the grid is sized for (1 or 2); the 64-row variant always takes 1.
     pub blocks_per_sm: u32,
+    /// The tallest M tile the plan may use (8, 16, 32 or 64 rows): with 32, M = 64 runs as
+    /// two 32-row chunks at two blocks per SM instead of one 64-row chunk at one.
+    pub max_tile_rows: u32,
 }
 
 impl Default for MarlinPipeline {
@@ -26,32 +29,29 @@ impl Default for MarlinPipeline {
 impl MarlinPipeline {
     /// The tunings the Marlin bench sweeps (`MARLIN_SWEEP=1`), the default first; the GPU
     /// tests run each of them.
-    pub const SWEEP: [MarlinPipeline; 5] = [
-        MarlinPipeline {
-            stages: 8,
-            blocks_per_sm: 2,
-        },
-        MarlinPipeline {
-            stages: 8,
-            blocks_per_sm: 1,
-        },
-        MarlinPipeline {
-            stages: 4,
-            blocks_per_sm: 1,
-        },
-        MarlinPipeline {
-            stages: 3,
-            blocks_per_sm: 2,
-        },
-        MarlinPipeline {
-            stages: 2,
-            blocks_per_sm: 2,
-        },
+    pub const SWEEP: [MarlinPipeline; 6] = [
+        MarlinPipeline::new(8, 2, 64),
+        MarlinPipeline::new(8, 1, 64),
+        MarlinPipeline::new(4, 1, 64),
+        MarlinPipeline::new(3, 2, 64),
+        MarlinPipeline::new(2, 2, 64),
+        MarlinPipeline::new(8, 2, 32),
     ];
+
+    /// A tuning from its three values.
+    pub const fn new(stages: u32, blocks_per_sm: u32, max_tile_rows: u32) -> Self {
+        Self {
+            stages,
+            blocks_per_sm,
+            max_tile_rows,
+        }
+    }
 
     /// Whether every value is in range.
     pub fn is_valid(&self) -> bool {
-        (2..=8).contains(&self.stages) && (1..=2).contains(&self.blocks_per_sm)
+        (2..=8).contains(&self.stages)
+            && (1..=2).contains(&self.blocks_per_sm)
+            && matches!(self.max_tile_rows, 8 | 16 | 32 | 64)
     }
 }
 
@@ -131,7 +131,8 @@ impl LaunchPlan {
     /// Plans a launch for `m` rows over `stripes` stripes of `ksteps` K steps (a multiple of
     /// [`STAGE_STEPS`]) on a GPU with `sm_count` SMs and `smem_optin` bytes of shared memory
     /// per block. The weight is cut into one range per resident block (ranges that may end
-    /// inside a stripe), unless the M chunks times whole stripes already fill the GPU.
+    /// inside a stripe), unless the M chunks times whole stripes fill the GPU's block slots
+    /// in whole waves (to 90 %).
     /// The M tile shrinks when the device's shared memory cannot hold two stages of it;
     /// `None` when it cannot hold two stages of the smallest.
     pub fn new(
@@ -147,7 +148,8 @@ impl LaunchPlan {
             9..=16 => 2,
             17..=32 => 4,
             _ => 8,
-        };
+        }
+        .min((tuning.max_tile_rows as usize / 8).max(1));
         // The widest M tile up to `want` whose ring of two stages fits (a 99 KiB GPU holds
         // two stages of 32 rows, not of 64).
         let (mt, bps, stages) = [8, 4, 2, 1]
@@ -158,7 +160,11 @@ impl LaunchPlan {
         let stripes = stripes.max(1);
         let total = stripes * (ksteps / STAGE_STEPS).max(1);
         let target = bps * sm_count.max(1);
-        let ranges = if chunks * stripes >= target {
+        // Whole stripes when their blocks fill the waves they take to at least 90 %; else
+        // one wave of equal ranges (288 stripes on 264 block slots would leave a second
+        // wave of 24 blocks, doubling the time).
+        let whole = chunks * stripes;
+        let ranges = if whole * 10 >= whole.div_ceil(target) * target * 9 {
             stripes
         } else {
             target.div_ceil(chunks).min(total)
@@ -252,6 +258,16 @@ mod tests {
         );
         let big = LaunchPlan::new(4096, 64, 128, 132, H200_SMEM, &t).unwrap();
         assert!(!big.cuts_stripes() && big.chunks == 64, "{big:?}");
+        // 288 whole stripes on 264 block slots would take two waves: one wave of ranges.
+        let ragged = LaunchPlan::new(16, 288, 224, 132, H200_SMEM, &t).unwrap();
+        assert_eq!(
+            (ragged.ranges, ragged.cuts_stripes()),
+            (264, true),
+            "{ragged:?}"
+        );
+        // 4 chunks of 64 rows x 112 stripes on 132 slots: 85 % of four waves, so ranges.
+        let wide = LaunchPlan::new(256, 112, 512, 132, H200_SMEM, &t).unwrap();
+        assert_eq!((wide.chunks, wide.ranges), (4, 33), "{wide:?}");
     }
 
     #[test]
@@ -267,6 +283,11 @@ mod tests {
         assert_eq!((a100.mt, a100.stages), (8, 2), "{a100:?}");
         assert!(LaunchPlan::new(1, 64, 128, 84, 30_000, &t).is_none());
         assert!(MarlinPipeline::default().is_valid());
+        assert!(!MarlinPipeline::new(8, 2, 24).is_valid());
+        // At most 32-row tiles: M = 64 is two chunks at two blocks per SM.
+        let two = LaunchPlan::new(64, 64, 128, 132, H200_SMEM, &MarlinPipeline::new(8, 2, 32));
+        let two = two.unwrap();
+        assert_eq!((two.mt, two.chunks, two.ranges), (4, 2, 132), "{two:?}");
         assert!(!MarlinPipeline {
             stages: 1,
             ..MarlinPipeline::default()
