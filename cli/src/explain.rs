@@ -56,7 +56,10 @@ pub fn render_text(device: &Device, config: &LayerConfig, ex: &Explanation) -> S
             }
         }
         (None, Some(fp8_linear::SelectError::NoKernel { .. })) => {
-            s += "\nno kernel: every candidate above was rejected\n"
+            s += "\nno kernel: every candidate above was rejected\n";
+            if let Some(note) = fp8_linear::tables::below_every_cuda_kernel(device) {
+                s += &format!("note: {note}\n");
+            }
         }
         (None, Some(e)) => s += &format!("\nno kernel: {e}\n"),
         (None, None) => {}
@@ -83,5 +86,6 @@ pub fn render_json(device: &Device, config: &LayerConfig, ex: &Explanation) -> V
         "chosen": ex.chosen.map(|i| ex.candidates[i].entry.name),
         "force_rejected": ex.force_rejected.map(|(n, v)| json!({"kernel": n, "reason": v.to_string()})),
         "error": ex.error.as_ref().map(|e| e.to_string()),
+        "note": ex.chosen.is_none().then(|| fp8_linear::tables::below_every_cuda_kernel(device)).flatten(),
     })
 }

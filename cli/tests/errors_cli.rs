@@ -53,6 +53,28 @@ fn no_kernel_is_exit_3_in_every_subcommand() {
     let o = bin(&["--json", "explain", "--device", "cpu", "--disable", ALL_CPU]);
     assert_code(&o, 3, "explain --json");
     assert_eq!(json(&o)["chosen"], serde_json::Value::Null);
+    // A GPU older than every CUDA kernel (a T4): the note says what it would need.
+    let o = bin(&["explain", "--device", "t4"]);
+    assert_code(&o, 3, "explain t4");
+    assert!(
+        stdout(&o).contains("note: no built-in kernel runs below sm_80"),
+        "{}",
+        stdout(&o)
+    );
+    let o = bin(&[
+        "--json",
+        "explain",
+        "--device",
+        "t4",
+        "--layer",
+        "weight-only",
+    ]);
+    assert_code(&o, 3, "explain t4 --json");
+    assert!(
+        json(&o)["note"].as_str().unwrap().contains("Turing"),
+        "{}",
+        stdout(&o)
+    );
 
     // A random layer: the selection error as a JSON error object.
     let o = bin(&with(

@@ -1,7 +1,7 @@
 //! The built-in kernel tables, one per (platform, family), and the registry that holds
 //! them. Downstream crates build their own with `fp8_table!` (see the crate docs).
 
-use fp8_linear_core::{fp8_table, Registry};
+use fp8_linear_core::{fp8_table, Capability, Device, Platform, Registry};
 
 use crate::cpu::{CpuFp8Gemm, CpuReference};
 #[cfg(feature = "cuda")]
@@ -56,3 +56,36 @@ pub static BUILTIN: Registry = Registry::new(&[
 /// Every built-in table: selection for any device and layer starts here.
 #[cfg(not(feature = "cuda"))]
 pub static BUILTIN: Registry = Registry::new(&[&CPU_BLOCK, &CPU_SCALED, &CPU_WEIGHT_ONLY]);
+
+/// What a CUDA GPU that no built-in kernel serves would need, for messages such as
+/// `fp8-linear explain`: `Some` for a capability below sm_80 (Turing: T4, RTX 20xx; Volta),
+/// where every built-in CUDA table is empty of candidates that fit; `None` for any other
+/// device (including the CPU, whose kernels take every layer).
+pub fn below_every_cuda_kernel(device: &Device) -> Option<&'static str> {
+    match (device.platform, device.capability) {
+        (Platform::Cuda, Some(c)) if !c.at_least(Capability::new(8, 0)) => Some(
+            "no built-in kernel runs below sm_80. The oldest, MarlinFp8 (W8A16), needs sm_80 \
+             for cp.async, bf16 and mma.sync m16n8k16. A Turing GPU (sm_75: T4, RTX 20xx) would \
+             need a weight-only kernel with f16 activations on mma.sync m16n8k8 and the weight \
+             staged through registers (ld.global, st.shared); this library has none. Run the \
+             layer on the CPU (--device cpu: CpuFp8Gemm) or serve the checkpoint dequantized \
+             to f16.",
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_cuda_gpus_below_sm80_get_the_note() {
+        let t4 = Device::profile("t4").unwrap();
+        assert!(below_every_cuda_kernel(&t4).unwrap().contains("Turing"));
+        for name in ["a100", "h200", "cpu"] {
+            let d = Device::profile(name).unwrap();
+            assert_eq!(below_every_cuda_kernel(&d), None, "{name}");
+        }
+    }
+}
