@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     std::vector<U4> xv((xb.size() + 15) / 16);
     std::memcpy(xv.data(), xb.data(), xb.size());
     const bool cuts = ranges != stripes;
-    std::vector<float> work(cuts ? (size_t)chunks * ranges * 2 * 512 * mt : 0);
+    std::vector<float> work(cuts ? (size_t)chunks * ranges * 2 * 1024 * mt : 0);
     std::vector<int> counters(cuts ? (size_t)chunks * stripes : 0, 0);
     std::vector<u16> out((size_t)m * n);
 

@@ -209,8 +209,8 @@ fn cases() -> Vec<Case> {
             sms: h200.0,
             ..base
         },
-        // An A100 (108 SMs, 163 KiB): the 64-row tile in a ring of two stages, every range
-        // one stage of a 4-stripe layer.
+        // An A100 (108 SMs, 163 KiB): the 64-row tile in a ring of four stages, every range
+        // one stage of a 2-stripe layer.
         Case {
             n: 256,
             k: 1024,

@@ -8,13 +8,13 @@
 // rows of M). A decode step (M <= 8) then wastes nothing on padding M to 16; up to 8 such
 // 8-row tiles (64 rows) share one dequantized weight fragment.
 //
-// Weights are repacked on the host (repack.rs) into stripes of 64 output channels; one
-// stripe holds, per 32-wide K step (a "unit"), 4 tiles of 16 channels x 32 K = 512 bytes,
+// Weights are repacked on the host (repack.rs) into stripes of 128 output channels; one
+// stripe holds, per 32-wide K step (a "unit"), 8 tiles of 16 channels x 32 K = 512 bytes,
 // one 16-byte word per lane, which is exactly what that lane's A fragments for the two k16
 // mmas of the step need. Inside a step the logical K order is permuted (a dot product does
 // not care): lane (g, t) covers K offsets 8t..8t+7 of the step, mma #s takes offsets
 // 8t+4s..8t+4s+3, so the activation fragment is one 16-byte word x[m][k0 + 8t .. + 8).
-// Stripes are padded along K to whole stages (8 units), so the weight is one contiguous
+// Stripes are padded along K to whole stages (4 units), so the weight is one contiguous
 // sequence of 16 KiB stages, stripe after stripe.
 //
 // Dequantization without conversion instructions: for each byte keep the sign, shift the
@@ -28,9 +28,9 @@
 // contiguous ranges as the GPU holds blocks (grid y); a range may start or end inside a
 // stripe. Each block streams its range through a ring of shared-memory stages filled by
 // cp.async (weights, the stage's group scales and the activation tile), so the loads in
-// flight hold no registers. Its 8 warps split a stage: warp w takes tile w % 4 of units
-// w / 4, w / 4 + 2, ... and the two warps of a tile are summed through shared memory at
-// the end of each stripe segment. A segment that covers its whole stripe writes the output;
+// flight hold no registers. Warp w computes tile w (16 channels) of every unit of a stage,
+// so a stripe's 128 channels share each activation tile copied. A segment that covers its
+// whole stripe writes the output;
 // the pieces of a cut stripe go to an f32 workspace and the block that arrives last (a
 // per-stripe counter) sums them in range order, so results are deterministic. Grid x
 // counts 8 * MT-row chunks of M (each a full pass over the weight).
@@ -150,19 +150,21 @@ __device__ __forceinline__ void cp_wait(int n) {
 }
 #endif  // FP8_HOST_MODEL
 
-// Units (32-wide K steps) per stage, warps and threads per block.
-#define UNITS 8
-#define WARPS 8
+// Units (32-wide K steps) per stage, 16-channel tiles per stripe (one per warp), warps and
+// threads per block.
+#define UNITS 4
+#define TILES 8
+#define WARPS TILES
 #define THREADS (WARPS * 32)
 
 struct Args {
-    const U4* w;         // repacked weights [stripes][ksteps][4][32] x 16 bytes
-    const U4* s;         // group scales [stripes][groups][8] x 16 bytes (8 x 16-bit)
-    const float* chan;   // per-channel f32 scales [stripes * 64]
+    const U4* w;         // repacked weights [stripes][ksteps][8 tiles][32] x 16 bytes
+    const U4* s;         // group scales [stripes][groups][8 tiles][8 g][2] x 16-bit
+    const float* chan;   // per-channel f32 scales [stripes * 128]
     const float* bias;   // [N] f32, or null
     const u16* x;        // activations [M, K], row stride ldx elements
     u16* out;            // output [M, N], row stride ldo elements
-    float* work;         // partial sums of cut stripes [chunks][ranges][2][64 * 8 * MT]
+    float* work;         // partial sums of cut stripes [chunks][ranges][2][128 * 8 * MT]
     int* counters;       // per (chunk, stripe) arrival counters (zero between launches)
     int m, n, k, ldx, ldo;
     int ksteps;          // K steps per stripe, a multiple of UNITS
@@ -173,12 +175,12 @@ struct Args {
     int x_vec;           // bytes per activation copy: 16, 8 or 4; 0 copies element by element
 };
 
-// Shared memory of one stage: weights [unit][tile][lane], scales [unit][g], activations
-// [unit][row][4 x 16 bytes].
+// Shared memory of one stage: weights [unit][tile][lane], scales [unit][tile][g][2 halves]
+// (16 words per unit), activations [unit][row][4 x 16 bytes].
 template <int MT>
 struct StageLayout {
-    static const int W = UNITS * 4 * 32;   // U4 words
-    static const int S = UNITS * 8;
+    static const int W = UNITS * TILES * 32;  // U4 words
+    static const int S = UNITS * 16;
     static const int X = UNITS * 8 * MT * 4;
     static const int WORDS = W + S + X;
 };
@@ -224,14 +226,18 @@ __device__ __forceinline__ void copy_x_narrow(const Args& a, u32 dst, U4* dst_pt
 
 // One thread's share of every stage's copies, its source pointers and shared-memory offsets
 // computed once. Per stage a thread copies 4 weight words, one group-scale word (threads
-// 0..63) and MT activation words of one row (rows >= m are never copied: their shared
-// memory is zeroed once, and an mma column of a row >= m only reaches outputs not stored).
+// 0..63) and XC activation words of one row (threads below X; rows >= m are never copied:
+// their shared memory is zeroed once, and an mma column of a row >= m only reaches outputs
+// not stored).
 template <int MT>
 struct Producer {
     typedef StageLayout<MT> L;
+    // Activation words per thread (threads below L::X copy).
+    static const int XC = (L::X + THREADS - 1) / THREADS;
     const U4* w;     // this thread's first weight word of the next stage to issue
-    const U4* s;     // group scales of channel word g of the next stage's stripe (scale threads)
+    const U4* s;     // group-scale word j of the next stage's stripe (scale threads)
     const u16* x;    // this thread's activation row, or null when the row is >= m
+    bool has_x;      // whether the thread has activation words in the tile
     int s_unit;      // unit of this thread's scale copy, or -1
     int x_k;         // K offset of this thread's first activation word within a stage
     u32 x_dst;       // its word index within a stage
@@ -242,23 +248,24 @@ struct Producer {
         w = a.w + (size_t)q0 * L::W + tid;
         stripe = (int)(q0 / sps);
         ks = (int)(q0 - (long long)stripe * sps);
-        s_unit = tid < L::S ? tid >> 3 : -1;
-        s = a.s + (size_t)stripe * a.groups * 8 + (tid & 7);
+        s_unit = tid < L::S ? tid >> 4 : -1;
+        s = a.s + (size_t)stripe * a.groups * 16 + (tid & 15);
         // Copy i of the thread: word tid + i * THREADS of the activation tile, i.e. row
         // (tid / 4) % (8 MT), part tid % 4 of unit (tid / 4) / (8 MT) + i * 8 / MT.
         const int row = (tid >> 2) % (8 * MT), part = tid & 3, u0 = (tid >> 2) / (8 * MT);
-        x = row0 + row < a.m ? a.x + (size_t)(row0 + row) * a.ldx : nullptr;
+        has_x = tid < L::X;
+        x = has_x && row0 + row < a.m ? a.x + (size_t)(row0 + row) * a.ldx : nullptr;
         x_k = u0 * 32 + part * 8;
         x_dst = L::W + L::S + tid;
     }
 
     // Zeroes, in every ring slot, the activation words this thread never copies.
     __device__ __forceinline__ void zero_unused(U4* ring, int stages) const {
-        if (x) return;
+        if (x || !has_x) return;
         const U4 z = {0u, 0u, 0u, 0u};
         for (int b = 0; b < stages; b++)
 #pragma unroll
-            for (int i = 0; i < MT; i++) ring[(size_t)b * L::WORDS + x_dst + i * THREADS] = z;
+            for (int i = 0; i < XC; i++) ring[(size_t)b * L::WORDS + x_dst + i * THREADS] = z;
     }
 
     // Issues the next stage's copies into ring slot `buf`, commits them as one group and
@@ -274,11 +281,11 @@ struct Producer {
             const int step = ks * UNITS + s_unit;
             int grp = a.spg_shift >= 0 ? step >> a.spg_shift : step / a.steps_per_group;
             grp = min(grp, a.groups - 1);  // K padding: zero codes, any finite scale
-            cp16(dst + 16 * (L::W + threadIdx.x), s + (size_t)grp * 8, 16u);
+            cp16(dst + 16 * (L::W + threadIdx.x), s + (size_t)grp * 16, 16u);
         }
         if (x) {
 #pragma unroll
-            for (int i = 0; i < MT; i++) {
+            for (int i = 0; i < XC; i++) {
                 const int kk = ks * (UNITS * 32) + x_k + i * (8 / MT) * 32;
                 const u32 d = dst + 16 * (x_dst + i * THREADS);
                 if (X16) {
@@ -293,21 +300,20 @@ struct Producer {
         if (++ks == sps) {
             ks = 0;
             stripe++;
-            s += (size_t)a.groups * 8;
+            s += (size_t)a.groups * 16;
         }
     }
 };
 
-// The warp's share of one stage: its tile of units kh, kh + 2, kh + 4, kh + 6 (kh is the
-// warp's K half). w, sc and xs point at the warp's weight word, scale word and activation
-// word of unit kh in the stage's ring slot.
+// The warp's share of one stage: its tile of every unit. w, sc and xs point at the warp's
+// weight word, scale word and activation word of unit 0 in the stage's ring slot.
 template <int BF16, int MT>
 __device__ __forceinline__ void compute_stage(const U4* w, const u32* sc, const U4* xs,
                                               float (&acc)[MT][4]) {
 #pragma unroll
-    for (int i = 0; i < UNITS / 2; i++) {
-        const U4 q = w[i * 2 * 4 * 32];
-        const u32 sw = sc[i * 2 * 8 * 4];
+    for (int i = 0; i < UNITS; i++) {
+        const U4 q = w[i * TILES * 32];
+        const u32 sw = sc[i * 16 * 4];
         // scale of this lane's channel g (low half) and g + 8 (high half), broadcast to pairs
         const u32 slo = __byte_perm(sw, 0, 0x1010);
         const u32 shi = __byte_perm(sw, 0, 0x3232);
@@ -322,7 +328,7 @@ __device__ __forceinline__ void compute_stage(const U4* w, const u32* sc, const 
         fa[1][3] = mul2<BF16>(deq_hi<BF16>(q.w), shi);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            const U4 xv = xs[i * 2 * 8 * MT * 4 + mt * 32];
+            const U4 xv = xs[i * 8 * MT * 4 + mt * 32];
             mma<BF16>(acc[mt], fa[0][0], fa[0][1], fa[0][2], fa[0][3], xv.x, xv.y);
             mma<BF16>(acc[mt], fa[1][0], fa[1][1], fa[1][2], fa[1][3], xv.z, xv.w);
         }
@@ -335,7 +341,7 @@ __device__ __forceinline__ void epilogue(const Args& a, const float (&acc)[MT][4
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 4; r++) {
-        const int n = stripe * 64 + tile * 16 + g + 8 * (r >> 1);
+        const int n = stripe * (TILES * 16) + tile * 16 + g + 8 * (r >> 1);
         if (n >= a.n) continue;
         const float c = a.chan[n];
         const float b = a.bias ? a.bias[n] : 0.0f;
@@ -351,7 +357,7 @@ __device__ __forceinline__ void epilogue(const Args& a, const float (&acc)[MT][4
 // 1 for the one it ends in (a range holds at most two cut stripes).
 template <int MT>
 __device__ __forceinline__ float* piece(const Args& a, int chunk, int b, int slot) {
-    return a.work + (((size_t)chunk * gridDim.y + b) * 2 + slot) * (64 * 8 * MT);
+    return a.work + (((size_t)chunk * gridDim.y + b) * 2 + slot) * (TILES * 16 * 8 * MT);
 }
 
 template <int BF16, int MT, bool X16>
@@ -359,11 +365,9 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
     typedef StageLayout<MT> L;
     extern __shared__ U4 smem[];
     U4* ring = smem;
-    float* red = reinterpret_cast<float*>(smem + (size_t)a.stages * L::WORDS);  // [4][MT*4][32]
     __shared__ int last_flag;
 
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tile = warp & 3, kh = warp >> 2;
+    const int lane = threadIdx.x & 31, tile = threadIdx.x >> 5;
     const int chunk = blockIdx.x, b = blockIdx.y;
     const int row0 = chunk * 8 * MT;
     const int sps = a.ksteps / UNITS;
@@ -391,12 +395,12 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
         }
     }
     int seg_ks = ks;  // first stage of the current stripe segment
-    // The warp's words of unit kh in ring slot 0 (weights, scales, activations).
+    // The warp's words of unit 0 in ring slot 0 (weights, scales, activations).
     const int g = lane >> 2, t = lane & 3;
-    const U4* cw = ring + (kh * 4 + tile) * 32 + lane;
+    const U4* cw = ring + tile * 32 + lane;
     const U4* cw0 = ring + L::W;
-    const int cs_idx = (kh * 8 + g) * 4 + tile;
-    const U4* cx = ring + L::W + L::S + (kh * 8 * MT + g) * 4 + t;
+    const int cs_idx = tile * 8 + g;
+    const U4* cx = ring + L::W + L::S + g * 4 + t;
     int slot = 0;     // ring slot of stage p
     for (int p = 0; p < count; p++) {
         cp_wait(S - 2);
@@ -421,28 +425,14 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
             continue;
         }
 
-        // End of a stripe segment: the two warps of each tile are summed, in a fixed order.
-        float* mine = red + tile * (MT * 4 * 32) + lane;
-        if (kh) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) mine[(mt * 4 + r) * 32] = acc[mt][r];
-        }
-        __syncthreads();
-        if (!kh) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) acc[mt][r] += mine[(mt * 4 + r) * 32];
-        }
+        // End of a stripe segment.
         const bool whole = seg_ks == 0 && stripe_end;
         if (whole) {
-            if (!kh) epilogue<BF16, MT>(a, acc, stripe, tile, row0, lane);
+            epilogue<BF16, MT>(a, acc, stripe, tile, row0, lane);
         } else {
             // A cut stripe: store this piece; the last of its pieces to arrive sums them all.
             const int wslot = stripe == first_stripe ? 0 : 1;
-            if (!kh) {
+            {
                 float* dst = piece<MT>(a, chunk, b, wslot) + tile * (MT * 4 * 32) + lane;
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
@@ -465,7 +455,7 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
                 last_flag = is_last;
             }
             __syncthreads();
-            if (last_flag && !kh) {
+            if (last_flag) {
                 float sum[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
@@ -496,7 +486,7 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
 }
 
 // MINB: blocks per SM the registers must allow (the 64-row variant needs more than 128 per
-// thread; its shared-memory ring allows one block per SM anyway).
+// thread, and runs one block per SM).
 #define MARLIN_KERNEL(NAME, BF16, MT, MINB)                                                    \
     extern "C" __global__ void __launch_bounds__(THREADS, MINB) NAME(Args a) {                 \
         if (a.x_vec == 16) {                                                                   \

@@ -6,7 +6,7 @@
 
 use half::{bf16, f16};
 
-use super::repack::{bit_trick, half_bits_to_f32, MarlinWeights, STEP, STRIPE};
+use super::repack::{bit_trick, half_bits_to_f32, MarlinWeights, STEP, STRIPE, TILES};
 
 fn round16(v: f32, bf16_out: bool) -> f32 {
     if bf16_out {
@@ -46,19 +46,19 @@ pub fn emulate(w: &MarlinWeights, x: &[f32], m: usize) -> Vec<f64> {
         for step in 0..ksteps {
             // K padding past the last group reads the last group's scale (zero codes).
             let grp = (step / w.steps_per_group).min(w.groups - 1);
-            for tile in 0..4 {
+            for tile in 0..TILES {
                 for s in 0..2 {
                     // A operand: 16 channels x 16 mma positions.
                     let mut a = [[0f32; 16]; 16];
                     for lane in 0..32 {
                         let (g, t) = (lane / 4, lane % 4);
-                        let base = (((stripe * ksteps + step) * 4 + tile) * 32 + lane) * 16;
+                        let base = (((stripe * ksteps + step) * TILES + tile) * 32 + lane) * 16;
                         let word = |i: usize| {
                             u32::from_le_bytes(
                                 w.weight[base + 4 * i..base + 4 * i + 4].try_into().unwrap(),
                             )
                         };
-                        let sidx = ((stripe * w.groups + grp) * 8 + g) * 8 + tile * 2;
+                        let sidx = ((stripe * w.groups + grp) * TILES + tile) * 16 + g * 2;
                         let (slo, shi) =
                             (w.group_scales[sidx] as u32, w.group_scales[sidx + 1] as u32);
                         let (slo, shi) = (slo | slo << 16, shi | shi << 16);

@@ -50,7 +50,7 @@ const NAME: &str = MarlinFp8::NAME;
 /// registered in [`sources`].
 pub const SOURCE: &str = sources::MARLIN;
 
-/// Largest N: the grid's y dimension counts weight ranges, one per 64-channel stripe when the
+/// Largest N: the grid's y dimension counts weight ranges, one per 128-channel stripe when the
 /// M chunks alone fill the GPU (at most 65535).
 pub const MAX_N: usize = 65535 * STRIPE;
 

@@ -3,7 +3,7 @@
 //! kernel's tuning (ring depth, blocks per SM).
 
 /// K steps (of 32) per pipeline stage; stripes are padded along K to whole stages.
-pub const STAGE_STEPS: usize = 8;
+pub const STAGE_STEPS: usize = 4;
 
 /// Threads per block (8 warps).
 pub const THREADS: u32 = 256;
@@ -55,15 +55,10 @@ impl MarlinPipeline {
     }
 }
 
-/// Bytes of one ring stage for `mt` 8-row tiles: 16 KiB of weights, 1 KiB of group scales
-/// and `mt` x 4 KiB of activations.
+/// Bytes of one ring stage for `mt` 8-row tiles: 16 KiB of weights (4 K steps of a
+/// 128-channel stripe), 1 KiB of group scales and `mt` x 2 KiB of activations.
 pub const fn stage_bytes(mt: usize) -> usize {
-    (1024 + 64 + 256 * mt) * 16
-}
-
-/// Bytes of the cross-warp reduction buffer for `mt` 8-row tiles.
-pub const fn reduce_bytes(mt: usize) -> usize {
-    4 * mt * 4 * 32 * 4
+    (1024 + 64 + 128 * mt) * 16
 }
 
 /// Shared memory the system and the kernel's static variables take per block.
@@ -98,7 +93,7 @@ fn ring(mt: usize, smem_optin: usize, tuning: &MarlinPipeline) -> Option<(usize,
         // A block's share of the SM (its opt-in limit plus the system's 1 KiB), less its own
         // reservation: with one block, exactly max_dynamic_smem.
         let budget = ((smem_optin + 1024) / bps).saturating_sub(RESERVED_PER_BLOCK);
-        let fit = budget.saturating_sub(reduce_bytes(mt)) / stage_bytes(mt);
+        let fit = budget / stage_bytes(mt);
         let stages = fit.min(tuning.stages as usize);
         if stages >= 2 {
             return Some((bps, stages));
@@ -119,7 +114,7 @@ pub struct LaunchPlan {
     pub chunks: usize,
     /// Contiguous weight ranges (grid y), each one block's share of the stages.
     pub ranges: usize,
-    /// 64-channel stripes of the weight.
+    /// 128-channel stripes of the weight.
     pub stripes: usize,
     /// Ring depth.
     pub stages: usize,
@@ -175,7 +170,7 @@ impl LaunchPlan {
             ranges,
             stripes,
             stages,
-            smem: stages * stage_bytes(mt) + reduce_bytes(mt),
+            smem: stages * stage_bytes(mt),
         })
     }
 
@@ -193,7 +188,7 @@ impl LaunchPlan {
     /// stripe is cut).
     pub fn workspace_floats(&self) -> usize {
         if self.cuts_stripes() {
-            self.chunks * self.ranges * 2 * 64 * 8 * self.mt
+            self.chunks * self.ranges * 2 * super::repack::STRIPE * 8 * self.mt
         } else {
             0
         }
@@ -273,14 +268,16 @@ mod tests {
     #[test]
     fn shared_memory_limits_the_ring() {
         let t = MarlinPipeline::default();
-        // An sm_86-class budget (99 KiB per block) holds two stages of the 32-row tile, not
-        // of the 64-row one: M = 64 runs as two 32-row chunks.
-        let p = LaunchPlan::new(64, 64, 128, 84, 101_376, &t).unwrap();
+        // A 64 KiB budget per block holds two stages of the 32-row tile, not of the 64-row
+        // one: M = 64 runs as two 32-row chunks.
+        let p = LaunchPlan::new(64, 64, 128, 84, 65_536, &t).unwrap();
         assert_eq!((p.mt, p.chunks, p.stages), (4, 2, 2), "{p:?}");
-        assert!(p.smem <= max_dynamic_smem(101_376));
-        // A 163 KiB A100 holds two stages of 64 rows.
+        assert!(p.smem <= max_dynamic_smem(65_536));
+        // An sm_86-class budget (99 KiB) holds two stages of 64 rows, a 163 KiB A100 four.
+        let ga = LaunchPlan::new(64, 64, 128, 84, 101_376, &t).unwrap();
+        assert_eq!((ga.mt, ga.stages), (8, 2), "{ga:?}");
         let a100 = LaunchPlan::new(64, 64, 128, 108, 166_912, &t).unwrap();
-        assert_eq!((a100.mt, a100.stages), (8, 2), "{a100:?}");
+        assert_eq!((a100.mt, a100.stages), (8, 4), "{a100:?}");
         assert!(LaunchPlan::new(1, 64, 128, 84, 30_000, &t).is_none());
         assert!(MarlinPipeline::default().is_valid());
         assert!(!MarlinPipeline::new(8, 2, 24).is_valid());

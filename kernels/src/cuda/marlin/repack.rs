@@ -4,7 +4,7 @@
 //! the N / K padding.
 //!
 //! Layout (see `cu/marlin.cu`): stripes of [`STRIPE`] output channels; per stripe and per
-//! [`STEP`]-wide K step, 4 tiles of 16 channels x 32 K, one 16-byte word per lane. Lane
+//! [`STEP`]-wide K step, [`TILES`] tiles of 16 channels x 32 K, one 16-byte word per lane. Lane
 //! `(g, t)` (g = lane / 4, t = lane % 4) holds, for K offsets `8t .. 8t + 8` of the step,
 //! channel `g` then `g + 8`, first offsets `0..4` then `4..8`, each 4-byte word in the byte
 //! order `(x0, x2, x1, x3)` so that the bit trick yields the pairs `(x0, x1)` and `(x2, x3)`.
@@ -14,12 +14,14 @@ use fp8_linear_core::{DType, KernelError, LayerConfig};
 use half::{bf16, f16};
 
 /// Output channels per stripe (one thread block's N tile).
-pub const STRIPE: usize = 64;
+pub const STRIPE: usize = 128;
+/// 16-channel tiles per stripe (one warp each).
+pub const TILES: usize = STRIPE / 16;
 /// K per pipeline step (two k16 mmas).
 pub const STEP: usize = 32;
 /// Bytes of weight per stripe per step.
 pub const STEP_BYTES: usize = STRIPE * STEP;
-/// K is padded to whole pipeline stages of the kernel (8 steps of 32).
+/// K is padded to whole pipeline stages of the kernel (4 steps of 32).
 pub const K_ALIGN: usize = super::plan::STAGE_STEPS * STEP;
 
 /// The exponent the bit trick divides by: dequantized = value * 2^-FOLD.
@@ -71,7 +73,7 @@ pub struct MarlinWeights {
     pub bf16: bool,
     /// Repacked FP8 codes, `n_pad * k_pad` bytes (zero codes in the padding).
     pub weight: Vec<u8>,
-    /// 16-bit group scales (bit patterns), `[stripes][groups][8 lanes g][4 tiles][2 halves]`:
+    /// 16-bit group scales (bit patterns), `[stripes][groups][TILES][8 lanes g][2 halves]`:
     /// `s(n, group) / channel(n) * 2^fold`.
     pub group_scales: Vec<u16>,
     /// Per-channel f32 scale `[n_pad]` applied to the f32 accumulators.
@@ -83,7 +85,7 @@ pub struct MarlinWeights {
 }
 
 impl MarlinWeights {
-    /// Number of 64-channel stripes.
+    /// Number of [`STRIPE`]-channel stripes.
     pub fn stripes(&self) -> usize {
         self.n_pad / STRIPE
     }
@@ -137,10 +139,10 @@ pub fn repack_weight(codes: &[u8], n: usize, k: usize) -> Vec<u8> {
         .enumerate()
         .for_each(|(stripe, chunk)| {
             for step in 0..ksteps {
-                for tile in 0..4 {
+                for tile in 0..TILES {
                     for lane in 0..32 {
                         let (g, t) = (lane / 4, lane % 4);
-                        let base = ((step * 4 + tile) * 32 + lane) * 16;
+                        let base = ((step * TILES + tile) * 32 + lane) * 16;
                         for word in 0..4 {
                             let row = stripe * STRIPE + tile * 16 + g + 8 * (word & 1);
                             let k0 = step * STEP + 8 * t + 4 * (word >> 1);
@@ -243,7 +245,7 @@ pub fn convert_scales(
         }
     };
     let stripes = n_pad / STRIPE;
-    let mut group_scales = vec![0u16; stripes * groups * 64];
+    let mut group_scales = vec![0u16; stripes * groups * STRIPE];
     let mut channel = vec![0f32; n_pad];
     let mut rel = vec![0f64; groups];
     #[allow(clippy::needless_range_loop)]
@@ -265,7 +267,7 @@ pub fn convert_scales(
         let (stripe, within) = (r / STRIPE, r % STRIPE);
         let (tile, g_lane, hi) = (within / 16, within % 8, (within % 16) / 8);
         for (g, s) in rel.iter().enumerate() {
-            let idx = ((stripe * groups + g) * 8 + g_lane) * 8 + tile * 2 + hi;
+            let idx = ((stripe * groups + g) * TILES + tile) * 16 + g_lane * 2 + hi;
             group_scales[idx] = to16(s * fold);
         }
     }
