@@ -185,14 +185,23 @@ struct StageLayout {
     static const int WORDS = W + S + X;
 };
 
-// First stage of range b of a grid of `ranges` over `total` stages.
-__device__ __forceinline__ long long range_start(long long b, long long total, long long ranges) {
-    return b * total / ranges;
+// a * b / c for non-negative a, b and positive c (c < 2^31), in 32-bit arithmetic when the
+// product fits (the host keeps the stage count below 2^31; the products of range indices
+// and stage counts rarely leave 32 bits, and a 64-bit division costs ~100 instructions).
+__device__ __forceinline__ int mul_div(int a, int b, int c) {
+    const unsigned long long p = (unsigned long long)(unsigned)a * (unsigned)b;
+    return (int)(p >> 32 ? p / (unsigned)c : (unsigned)p / (unsigned)c);
 }
 
-// The range that holds stage q.
-__device__ __forceinline__ int range_of(long long q, long long total, long long ranges) {
-    return (int)(((q + 1) * ranges - 1) / total);
+// First stage of range b of a grid of `ranges` over `total` stages.
+__device__ __forceinline__ int range_start(int b, int total, int ranges) {
+    return mul_div(b, total, ranges);
+}
+
+// The range that holds stage q: the largest b with range_start(b) <= q.
+__device__ __forceinline__ int range_of(int q, int total, int ranges) {
+    const unsigned long long p = (unsigned long long)(unsigned)(q + 1) * (unsigned)ranges - 1;
+    return (int)(p >> 32 ? p / (unsigned)total : (unsigned)p / (unsigned)total);
 }
 
 // One activation word (8 elements of a row, at `p`, K index kk) into shared memory at `dst`,
@@ -243,11 +252,11 @@ struct Producer {
     u32 x_dst;       // its word index within a stage
     int stripe, ks;  // the next stage to issue
 
-    __device__ __forceinline__ Producer(const Args& a, long long q0, int row0, int sps) {
+    __device__ __forceinline__ Producer(const Args& a, int q0, int row0, int sps) {
         const int tid = threadIdx.x;
         w = a.w + (size_t)q0 * L::W + tid;
-        stripe = (int)(q0 / sps);
-        ks = (int)(q0 - (long long)stripe * sps);
+        stripe = q0 / sps;
+        ks = q0 - stripe * sps;
         s_unit = tid < L::S ? tid >> 4 : -1;
         s = a.s + (size_t)stripe * a.groups * 16 + (tid & 15);
         // Copy i of the thread: word tid + i * THREADS of the activation tile, i.e. row
@@ -371,10 +380,10 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
     const int chunk = blockIdx.x, b = blockIdx.y;
     const int row0 = chunk * 8 * MT;
     const int sps = a.ksteps / UNITS;
-    const long long total = (long long)a.stripes * sps, ranges = gridDim.y;
-    const long long q0 = range_start(b, total, ranges);
-    const int count = (int)(range_start(b + 1, total, ranges) - q0);
-    const int first_stripe = (int)(q0 / sps);
+    const int total = a.stripes * sps, ranges = (int)gridDim.y;
+    const int q0 = range_start(b, total, ranges);
+    const int count = range_start(b + 1, total, ranges) - q0;
+    const int first_stripe = q0 / sps;
 
     float acc[MT][4];
 #pragma unroll
@@ -440,8 +449,8 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
                     for (int r = 0; r < 4; r++) st_cg(dst + (mt * 4 + r) * 32, acc[mt][r]);
                 __threadfence();
             }
-            const int b_first = range_of((long long)stripe * sps, total, ranges);
-            const int b_last = range_of((long long)(stripe + 1) * sps - 1, total, ranges);
+            const int b_first = range_of(stripe * sps, total, ranges);
+            const int b_last = range_of((stripe + 1) * sps - 1, total, ranges);
             const int pieces = b_last - b_first + 1;
             __syncthreads();
             if (threadIdx.x == 0) {
@@ -462,7 +471,7 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
 #pragma unroll
                     for (int r = 0; r < 4; r++) sum[mt][r] = 0.0f;
                 for (int j = b_first; j <= b_last; j++) {
-                    const int js = (int)(range_start(j, total, ranges) / sps) == stripe ? 0 : 1;
+                    const int js = range_start(j, total, ranges) / sps == stripe ? 0 : 1;
                     const float* src = piece<MT>(a, chunk, j, js) + tile * (MT * 4 * 32) + lane;
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)

@@ -42,7 +42,7 @@ use super::scratch::Scratch;
 use super::sources;
 use super::weights::small_to_host;
 use plan::{LaunchPlan, MarlinPipeline};
-use repack::{k_group, MarlinWeights, STEP, STRIPE};
+use repack::{k_group, MarlinWeights, K_ALIGN, STEP, STRIPE};
 
 const NAME: &str = MarlinFp8::NAME;
 
@@ -240,6 +240,15 @@ impl Fp8Kernel for MarlinFp8 {
                 Unsupported::new("K is too large for the Marlin kernel").with("k", config.k as u64)
             );
         }
+        // The kernel counts the weight's 16 KiB stages in 32-bit integers.
+        let stages = (config.n.div_ceil(STRIPE) as u128) * (config.k.div_ceil(K_ALIGN) as u128);
+        if stages >= 1 << 31 {
+            return Err(Unsupported::new(
+                "the weight is too large for the Marlin kernel (2^31 or more 16 KiB stages)",
+            )
+            .with("n", config.n as u64)
+            .with("k", config.k as u64));
+        }
         Ok(())
     }
 
@@ -403,5 +412,25 @@ impl State {
             .map_err(be_at(NAME, m))?
             .ptr();
         Ok((p, work, counters))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(n: usize, k: usize) -> Option<String> {
+        let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
+        MarlinFp8::can_implement(&cfg).err().map(|e| e.to_string())
+    }
+
+    #[test]
+    fn layers_past_the_kernel_limits_get_a_reason() {
+        assert_eq!(reason(7748, 3884), None);
+        let wide = reason(MAX_N + 1, 128).expect("N past the grid");
+        assert!(wide.contains("N is too large"), "{wide}");
+        // 65535 stripes x 2^16 stages of K: 2^32 stages.
+        let huge = reason(MAX_N, K_ALIGN << 16).expect("2^32 stages");
+        assert!(huge.contains("the weight is too large"), "{huge}");
     }
 }
