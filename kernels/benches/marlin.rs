@@ -261,7 +261,7 @@ fn sweep(gpu: &Arc<Gpu>) {
     let flush = Flush::new(gpu);
     let timer = EventTimer::new(gpu).unwrap();
     println!("sweep: median us per call; tunings {tunings:?}");
-    for (n, k) in [(4096, 4096), (7168, 16384), (18432, 7168)] {
+    for (n, k) in [(4096, 4096), (4096, 7168), (7168, 16384), (18432, 7168)] {
         let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
         let ctx = target.build_ctx(&cfg, &options);
         let codes = random_codes(n * k);

@@ -142,7 +142,8 @@ fn cases() -> Vec<Case> {
         m: 1,
         sms: 3,
         smem: h200.1,
-        tuning: MarlinPipeline::default(),
+        // Two blocks per SM even on these small layers: more ranges, more cut stripes.
+        tuning: MarlinPipeline::default().with_min_range_stages(0),
         x_offset: 0,
         bias: false,
     };
@@ -156,7 +157,7 @@ fn cases() -> Vec<Case> {
             k: 3884,
             m: 9,
             sms: 5,
-            tuning: sweep[4],
+            tuning: sweep[3],
             bias: true,
             ..base
         },
@@ -196,7 +197,7 @@ fn cases() -> Vec<Case> {
             k: 512,
             m: 200,
             sms: 50,
-            tuning: sweep[3],
+            tuning: sweep[4],
             bias: true,
             ..base
         },
@@ -209,8 +210,8 @@ fn cases() -> Vec<Case> {
             sms: h200.0,
             ..base
         },
-        // An A100 (108 SMs, 163 KiB): the 64-row tile in a ring of four stages, every range
-        // one stage of a 2-stripe layer.
+        // An A100 (108 SMs, 163 KiB): the 64-row tile at two blocks per SM in a ring of two
+        // stages, every range one stage of a 2-stripe layer.
         Case {
             n: 256,
             k: 1024,

@@ -13,11 +13,16 @@ pub const THREADS: u32 = 256;
 pub struct MarlinPipeline {
     /// Most stages in the ring (2..=8); fewer when shared memory does not hold them.
     pub stages: u32,
-    /// Blocks per SM the grid is sized for (1 or 2); the 64-row variant always takes 1.
+    /// Blocks per SM the grid is sized for (1 or 2); fewer when shared memory does not hold
+    /// two stages per block.
     pub blocks_per_sm: u32,
     /// The tallest M tile the plan may use (8, 16, 32 or 64 rows): with 32, M = 64 runs as
-    /// two 32-row chunks at two blocks per SM instead of one 64-row chunk at one.
+    /// two 32-row chunks instead of one 64-row chunk.
     pub max_tile_rows: u32,
+    /// Two blocks per SM only when each weight range still gets at least this many stages
+    /// (0: always the tuning's count). On small layers twice the ranges means twice the cut
+    /// stripes, whose hand-off costs more than the second block gains.
+    pub min_range_stages: u32,
 }
 
 impl Default for MarlinPipeline {
@@ -30,20 +35,29 @@ impl MarlinPipeline {
     /// The tunings the Marlin bench sweeps (`MARLIN_SWEEP=1`), the default first; the GPU
     /// tests run each of them.
     pub const SWEEP: [MarlinPipeline; 6] = [
-        MarlinPipeline::new(8, 2, 64),
-        MarlinPipeline::new(8, 1, 64),
+        MarlinPipeline::new(3, 2, 64).with_min_range_stages(8),
         MarlinPipeline::new(4, 1, 64),
         MarlinPipeline::new(3, 2, 64),
         MarlinPipeline::new(2, 2, 64),
-        MarlinPipeline::new(8, 2, 32),
+        MarlinPipeline::new(3, 1, 64),
+        MarlinPipeline::new(3, 2, 32),
     ];
 
-    /// A tuning from its three values.
+    /// A tuning from its three values (two blocks per SM whatever the layer's size).
     pub const fn new(stages: u32, blocks_per_sm: u32, max_tile_rows: u32) -> Self {
         Self {
             stages,
             blocks_per_sm,
             max_tile_rows,
+            min_range_stages: 0,
+        }
+    }
+
+    /// The tuning with [`min_range_stages`](Self::min_range_stages) set.
+    pub const fn with_min_range_stages(self, min_range_stages: u32) -> Self {
+        Self {
+            min_range_stages,
+            ..self
         }
     }
 
@@ -84,11 +98,7 @@ pub fn x_copy_bytes(k: usize, ptr: u64) -> i32 {
 /// Blocks per SM and ring depth for `mt` 8-row tiles: the tuning's, reduced until two
 /// stages fit; `None` when not even one block of two stages fits.
 fn ring(mt: usize, smem_optin: usize, tuning: &MarlinPipeline) -> Option<(usize, usize)> {
-    let mut bps = if mt == 8 {
-        1
-    } else {
-        tuning.blocks_per_sm.max(1) as usize
-    };
+    let mut bps = tuning.blocks_per_sm.max(1) as usize;
     loop {
         // A block's share of the SM (its opt-in limit plus the system's 1 KiB), less its own
         // reservation: with one block, exactly max_dynamic_smem.
@@ -147,14 +157,23 @@ impl LaunchPlan {
         .min((tuning.max_tile_rows as usize / 8).max(1));
         // The widest M tile up to `want` whose ring of two stages fits (a 99 KiB GPU holds
         // two stages of 32 rows, not of 64).
-        let (mt, bps, stages) = [8, 4, 2, 1]
+        let (mt, mut bps, mut stages) = [8, 4, 2, 1]
             .into_iter()
             .filter(|&mt| mt <= want)
             .find_map(|mt| ring(mt, smem_optin, tuning).map(|(b, s)| (mt, b, s)))?;
         let chunks = m.div_ceil(8 * mt).max(1);
         let stripes = stripes.max(1);
         let total = stripes * (ksteps / STAGE_STEPS).max(1);
-        let target = bps * sm_count.max(1);
+        let sm_count = sm_count.max(1);
+        // Stages per range at bps blocks per SM: total * chunks / (bps * sm_count).
+        if bps > 1 && total * chunks < tuning.min_range_stages as usize * bps * sm_count {
+            let one = MarlinPipeline {
+                blocks_per_sm: 1,
+                ..*tuning
+            };
+            (bps, stages) = ring(mt, smem_optin, &one)?;
+        }
+        let target = bps * sm_count;
         // Whole stripes when their blocks fill the waves they take to at least 90 %; else
         // one wave of equal ranges (288 stripes on 264 block slots would leave a second
         // wave of 24 blocks, doubling the time).
@@ -241,8 +260,15 @@ mod tests {
                 assert_eq!(p.workspace_floats(), 0);
             }
         }
+        // 2048 stages on 264 block slots would be 7.8 per range: one block per SM.
         let small = LaunchPlan::new(1, 64, 128, 132, H200_SMEM, &t).unwrap();
-        assert_eq!((small.mt, small.ranges), (1, 264));
+        assert_eq!((small.mt, small.ranges, small.stages), (1, 132, 3));
+        let always_two = t.with_min_range_stages(0);
+        let two = LaunchPlan::new(1, 64, 128, 132, H200_SMEM, &always_two).unwrap();
+        assert_eq!((two.mt, two.ranges), (1, 264));
+        // 7168 stages (7168 x 16384): 27 per range at two blocks per SM.
+        let large = LaunchPlan::new(1, 56, 512, 132, H200_SMEM, &t).unwrap();
+        assert_eq!(large.ranges, 264, "{large:?}");
         assert_eq!(
             LaunchPlan::new(16, 64, 128, 132, H200_SMEM, &t).unwrap().mt,
             2
@@ -260,9 +286,9 @@ mod tests {
             (264, true),
             "{ragged:?}"
         );
-        // 4 chunks of 64 rows x 112 stripes on 132 slots: 85 % of four waves, so ranges.
+        // 4 chunks of 64 rows x 112 stripes on 264 slots: 85 % of two waves, so ranges.
         let wide = LaunchPlan::new(256, 112, 512, 132, H200_SMEM, &t).unwrap();
-        assert_eq!((wide.chunks, wide.ranges), (4, 33), "{wide:?}");
+        assert_eq!((wide.chunks, wide.ranges), (4, 66), "{wide:?}");
     }
 
     #[test]
@@ -273,11 +299,12 @@ mod tests {
         let p = LaunchPlan::new(64, 64, 128, 84, 65_536, &t).unwrap();
         assert_eq!((p.mt, p.chunks, p.stages), (4, 2, 2), "{p:?}");
         assert!(p.smem <= max_dynamic_smem(65_536));
-        // An sm_86-class budget (99 KiB) holds two stages of 64 rows, a 163 KiB A100 four.
+        // An sm_86-class budget (99 KiB) holds two stages of 64 rows for one block per SM; a
+        // 163 KiB A100 two stages for each of two blocks.
         let ga = LaunchPlan::new(64, 64, 128, 84, 101_376, &t).unwrap();
-        assert_eq!((ga.mt, ga.stages), (8, 2), "{ga:?}");
+        assert_eq!((ga.mt, ga.stages, ga.ranges), (8, 2, 84), "{ga:?}");
         let a100 = LaunchPlan::new(64, 64, 128, 108, 166_912, &t).unwrap();
-        assert_eq!((a100.mt, a100.stages), (8, 4), "{a100:?}");
+        assert_eq!((a100.mt, a100.stages, a100.ranges), (8, 2, 216), "{a100:?}");
         assert!(LaunchPlan::new(1, 64, 128, 84, 30_000, &t).is_none());
         assert!(MarlinPipeline::default().is_valid());
         assert!(!MarlinPipeline::new(8, 2, 24).is_valid());
