@@ -122,9 +122,11 @@ fn bit_trick_is_exact_for_every_code_pair() {
                 0xfe,
                 a.wrapping_mul(37),
             ] {
-                // word bytes (c0, c1, c2, c3) = (a, b, b ^ 0x55, a ^ 0xaa)
+                // codes (c0, c1, c2, c3) = (a, b, b ^ 0x55, a ^ 0xaa)
                 let c = [a, b, b ^ 0x55, a ^ 0xaa];
-                let (lo, hi) = bit_trick(u32::from_le_bytes(c), bf);
+                let word = repack::pack_word(c, bf);
+                assert_eq!(repack::unpack_word(word, bf), c, "bf16={bf}");
+                let (lo, hi) = bit_trick(word, bf);
                 let pairs = [(lo, c[0], c[2]), (hi, c[1], c[3])];
                 for (w, first, second) in pairs {
                     for (half, code) in [(w as u16, first), ((w >> 16) as u16, second)] {
@@ -302,15 +304,21 @@ fn bad_scales_are_typed_errors() {
 fn padding_is_zero_codes() {
     let (n, k) = (70, 40);
     let codes: Vec<u8> = vec![0x38; n * k]; // all 1.0
-    let packed = repack::repack_weight(&codes, n, k);
-    // N to 128 (two stripes), K to 256 (one stage of 8 steps)
-    let padded = 128 * repack::K_ALIGN;
-    assert_eq!(packed.len(), padded);
-    let ones = packed.iter().filter(|b| **b == 0x38).count();
-    assert_eq!(
-        ones,
-        n * k,
-        "every real code appears once, the padding is zero"
-    );
-    assert_eq!(packed.iter().filter(|b| **b == 0).count(), padded - n * k);
+    for bf in [false, true] {
+        let packed = repack::repack_weight(&codes, n, k, bf);
+        // N to 128 (one stripe), K to 128 (one stage of 4 steps)
+        let padded = 128 * repack::K_ALIGN;
+        assert_eq!(packed.len(), padded);
+        let unpacked: Vec<u8> = packed
+            .chunks_exact(4)
+            .flat_map(|w| repack::unpack_word(u32::from_le_bytes(w.try_into().unwrap()), bf))
+            .collect();
+        let ones = unpacked.iter().filter(|b| **b == 0x38).count();
+        assert_eq!(
+            ones,
+            n * k,
+            "every real code appears once, the padding is zero"
+        );
+        assert_eq!(unpacked.iter().filter(|b| **b == 0).count(), padded - n * k);
+    }
 }

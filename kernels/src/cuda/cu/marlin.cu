@@ -17,9 +17,10 @@
 // Stripes are padded along K to whole stages (4 units), so the weight is one contiguous
 // sequence of 16 KiB stages, stripe after stripe.
 //
-// Dequantization without conversion instructions: for each byte keep the sign, shift the
-// 7 exponent+mantissa bits into the 16-bit float's fields (right shift 1 for f16, 4 for
-// bf16). The result is value * 2^-8 (f16) or value * 2^-120 (bf16), exactly, subnormals
+// Dequantization without conversion instructions: each code's sign and 7 exponent+mantissa
+// bits land in the 16-bit float's fields, the top exponent bits zero (the host interleaves
+// the codes' bits so that this takes one AND for two codes and four operations for the two
+// others). The result is value * 2^-8 (f16) or value * 2^-120 (bf16), exactly, subnormals
 // included. The power of two is folded into the 16-bit group scales at load time; the
 // group scales (relative to a per-channel f32 scale) multiply the dequantized fragment
 // before each mma, the per-channel f32 scale multiplies the f32 accumulators at the end.
@@ -43,17 +44,20 @@ struct __align__(16) U4 {
     u32 x, y, z, w;
 };
 
-// Bytes 1 and 3 of q as two 16-bit floats (low half <- byte 1, high half <- byte 3).
+// The host stores each 32-bit weight word with the bits of its four codes interleaved
+// (repack.rs, pack_word): per 16-bit half, the "high" code already sits in the 16-bit
+// float's sign and exponent/mantissa fields, the "low" code fills the other 8 bits.
+// High codes (bytes 1 and 3 of the logical word) as two 16-bit floats: one AND.
 template <int BF16>
 __device__ __forceinline__ u32 deq_hi(u32 q) {
-    const int shift = BF16 ? 4 : 1;
-    return (q & 0x80008000u) | ((q & 0x7F007F00u) >> shift);
+    return q & (BF16 ? 0x87F087F0u : 0xBF80BF80u);
 }
 
-// Bytes 0 and 2 of q as two 16-bit floats (low half <- byte 0, high half <- byte 2).
+// Low codes (bytes 0 and 2) as two 16-bit floats: two shifts, two logic operations.
 template <int BF16>
 __device__ __forceinline__ u32 deq_lo(u32 q) {
-    return deq_hi<BF16>(q << 8);
+    if (BF16) return ((q << 4) & 0x80F080F0u) | ((q >> 4) & 0x07000700u);
+    return ((q << 1) & 0x80008000u) | ((q << 7) & 0x3F803F80u);
 }
 
 // Every PTX instruction the kernel uses is in this section, under `#ifndef FP8_HOST_MODEL`:

@@ -6,8 +6,10 @@
 //! Layout (see `cu/marlin.cu`): stripes of [`STRIPE`] output channels; per stripe and per
 //! [`STEP`]-wide K step, [`TILES`] tiles of 16 channels x 32 K, one 16-byte word per lane. Lane
 //! `(g, t)` (g = lane / 4, t = lane % 4) holds, for K offsets `8t .. 8t + 8` of the step,
-//! channel `g` then `g + 8`, first offsets `0..4` then `4..8`, each 4-byte word in the byte
-//! order `(x0, x2, x1, x3)` so that the bit trick yields the pairs `(x0, x1)` and `(x2, x3)`.
+//! channel `g` then `g + 8`, first offsets `0..4` then `4..8`: four codes per 32-bit word,
+//! their bits interleaved by [`pack_word`] (codes `(x0, x2, x1, x3)`) so that the kernel's
+//! dequantization ([`bit_trick`]) yields the pairs `(x0, x1)` and `(x2, x3)` in five
+//! integer instructions.
 
 use fp8_linear_core::quant::GroupShape;
 use fp8_linear_core::{DType, KernelError, LayerConfig};
@@ -37,16 +39,73 @@ pub const fn fold_exponent(bf16_out: bool) -> i32 {
 /// represents at full precision (`2^-22`: the ratio times `2^8` must stay a normal f16).
 pub const F16_MIN_RATIO: f64 = 1.0 / (1u64 << 22) as f64;
 
-/// The bit trick on one 32-bit word of four e4m3 bytes `(c0, c1, c2, c3)`: returns the 16-bit
-/// float bit patterns of `c0, c2` (the low word) and `c1, c3` (the high word), each equal to
-/// the e4m3 value times `2^-8` (f16) or `2^-120` (bf16), subnormals included. NaN codes
-/// (0x7f / 0xff) become finite values; FP8 checkpoints hold none.
+/// One stored 32-bit weight word from four e4m3 codes `c = [c0, c1, c2, c3]`: the codes'
+/// bits interleaved so that [`bit_trick`] turns the word into the 16-bit floats of `c0, c2`
+/// (its low word) and `c1, c3` (its high word) with one AND for the high word and two shifts
+/// and two logic operations for the low one.
+///
+/// Each 16-bit half holds two codes, `hi` = `c[2h + 1]` and `lo` = `c[2h]` (sign `s`, 7
+/// exponent and mantissa bits `em`): `hi` sits where its 16-bit float needs it (bf16: sign
+/// at bit 15, `em` at bits 10..4; f16: sign at 15, `em` at 13..7), `lo` fills the 8 bits
+/// left (bf16: sign at 11, `em` bits 6..4 at 14..12 and 3..0 at 3..0; f16: sign at 14, `em`
+/// at 6..0).
+pub const fn pack_word(c: [u8; 4], bf16_out: bool) -> u32 {
+    let mut word = 0u32;
+    let mut h = 0;
+    while h < 2 {
+        let (lo, hi) = (c[2 * h] as u32, c[2 * h + 1] as u32);
+        let (s_lo, em_lo, s_hi, em_hi) = (lo >> 7, lo & 0x7F, hi >> 7, hi & 0x7F);
+        let half = if bf16_out {
+            s_hi << 15 | em_hi << 4 | s_lo << 11 | (em_lo >> 4) << 12 | (em_lo & 0xF)
+        } else {
+            s_hi << 15 | em_hi << 7 | s_lo << 14 | em_lo
+        };
+        word |= half << (16 * h);
+        h += 1;
+    }
+    word
+}
+
+/// The codes of a stored weight word: the inverse of [`pack_word`].
+pub const fn unpack_word(q: u32, bf16_out: bool) -> [u8; 4] {
+    let mut c = [0u8; 4];
+    let mut h = 0;
+    while h < 2 {
+        let half = (q >> (16 * h)) & 0xFFFF;
+        let (lo, hi) = if bf16_out {
+            (
+                (half >> 11 & 1) << 7 | (half >> 12 & 7) << 4 | (half & 0xF),
+                (half >> 15) << 7 | (half >> 4 & 0x7F),
+            )
+        } else {
+            (
+                (half >> 14 & 1) << 7 | (half & 0x7F),
+                (half >> 15) << 7 | (half >> 7 & 0x7F),
+            )
+        };
+        c[2 * h] = lo as u8;
+        c[2 * h + 1] = hi as u8;
+        h += 1;
+    }
+    c
+}
+
+/// The kernel's dequantization of one stored word `q = pack_word([c0, c1, c2, c3])`:
+/// returns the 16-bit float bit patterns of `c0, c2` (the low word) and `c1, c3` (the high
+/// word), each equal to the e4m3 value times `2^-8` (f16) or `2^-120` (bf16), subnormals
+/// included (the sign and the exponent and mantissa bits are moved into the 16-bit float's
+/// fields, the top exponent bits left zero). NaN codes (0x7f / 0xff) become finite values;
+/// FP8 checkpoints hold none.
 pub const fn bit_trick(q: u32, bf16_out: bool) -> (u32, u32) {
-    let shift = if bf16_out { 4 } else { 1 };
-    let hi = (q & 0x8000_8000) | ((q & 0x7F00_7F00) >> shift);
-    let q2 = q << 8;
-    let lo = (q2 & 0x8000_8000) | ((q2 & 0x7F00_7F00) >> shift);
-    (lo, hi)
+    if bf16_out {
+        let hi = q & 0x87F0_87F0;
+        let lo = ((q << 4) & 0x80F0_80F0) | ((q >> 4) & 0x0700_0700);
+        (lo, hi)
+    } else {
+        let hi = q & 0xBF80_BF80;
+        let lo = ((q << 1) & 0x8000_8000) | ((q << 7) & 0x3F80_3F80);
+        (lo, hi)
+    }
 }
 
 /// A 16-bit float bit pattern as f32.
@@ -71,7 +130,8 @@ pub struct MarlinWeights {
     pub k_pad: usize,
     /// Whether the activations (and the 16-bit scales) are bf16 (else f16).
     pub bf16: bool,
-    /// Repacked FP8 codes, `n_pad * k_pad` bytes (zero codes in the padding).
+    /// Repacked FP8 codes, `n_pad * k_pad` bytes of [`pack_word`] words (zero codes in the
+    /// padding).
     pub weight: Vec<u8>,
     /// 16-bit group scales (bit patterns), `[stripes][groups][TILES][8 lanes g][2 halves]`:
     /// `s(n, group) / channel(n) * 2^fold`.
@@ -120,9 +180,10 @@ pub const fn k_group(group: GroupShape) -> Option<Option<usize>> {
     }
 }
 
-/// Repacks an FP8 weight `[n, k]` (row-major codes) into the kernel's tile layout, with N
-/// padded to [`STRIPE`] and K to [`K_ALIGN`] by zero codes. Stripes are repacked in parallel.
-pub fn repack_weight(codes: &[u8], n: usize, k: usize) -> Vec<u8> {
+/// Repacks an FP8 weight `[n, k]` (row-major codes) into the kernel's tile layout for
+/// bf16 (`bf16_out`) or f16 activations, with N padded to [`STRIPE`] and K to [`K_ALIGN`] by
+/// zero codes. Stripes are repacked in parallel.
+pub fn repack_weight(codes: &[u8], n: usize, k: usize, bf16_out: bool) -> Vec<u8> {
     use rayon::prelude::*;
     let n_pad = n.div_ceil(STRIPE) * STRIPE;
     let k_pad = k.div_ceil(K_ALIGN) * K_ALIGN;
@@ -147,10 +208,13 @@ pub fn repack_weight(codes: &[u8], n: usize, k: usize) -> Vec<u8> {
                             let row = stripe * STRIPE + tile * 16 + g + 8 * (word & 1);
                             let k0 = step * STEP + 8 * t + 4 * (word >> 1);
                             let o = base + word * 4;
-                            chunk[o] = at(row, k0);
-                            chunk[o + 1] = at(row, k0 + 2);
-                            chunk[o + 2] = at(row, k0 + 1);
-                            chunk[o + 3] = at(row, k0 + 3);
+                            let c = [
+                                at(row, k0),
+                                at(row, k0 + 2),
+                                at(row, k0 + 1),
+                                at(row, k0 + 3),
+                            ];
+                            chunk[o..o + 4].copy_from_slice(&pack_word(c, bf16_out).to_le_bytes());
                         }
                     }
                 }
@@ -296,7 +360,7 @@ pub fn prepare(
         n_pad: n.div_ceil(STRIPE) * STRIPE,
         k_pad: k.div_ceil(K_ALIGN) * K_ALIGN,
         bf16: config.input_dtype == DType::Bf16,
-        weight: repack_weight(codes, n, k),
+        weight: repack_weight(codes, n, k, config.input_dtype == DType::Bf16),
         group_scales,
         channel,
         groups,
