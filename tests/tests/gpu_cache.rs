@@ -23,11 +23,11 @@ fn second_load_comes_from_disk() {
         ("quant", sources::quant_module()),
         (
             "block_gemm BM=128",
-            sources::block_gemm_module(4, 4, (128, 128)),
+            sources::block_gemm_module(4, 4, 1, (128, 128)),
         ),
         (
             "block_gemm BM=32",
-            sources::block_gemm_module(1, 4, (128, 128)),
+            sources::block_gemm_module(1, 4, 1, (128, 128)),
         ),
     ];
     for (what, spec) in &specs {

@@ -27,7 +27,8 @@ struct Module {
     calls: &'static [Call],
 }
 
-/// One call: layer N x K, M rows, K splits, output dtype, bias.
+/// One call: layer N x K, M rows, K splits, output dtype, bias, and whether one weight block
+/// scale is zero and one activation group all zeros (K >= 256).
 struct Call {
     n: usize,
     k: usize,
@@ -35,6 +36,7 @@ struct Call {
     splits: usize,
     out: DType,
     bias: bool,
+    zero_blocks: bool,
 }
 
 const MODULES: [Module; 4] = [
@@ -50,6 +52,7 @@ const MODULES: [Module; 4] = [
                 splits: 1,
                 out: DType::Bf16,
                 bias: true,
+                zero_blocks: false,
             },
             Call {
                 n: 128,
@@ -58,6 +61,7 @@ const MODULES: [Module; 4] = [
                 splits: 3,
                 out: DType::F32,
                 bias: false,
+                zero_blocks: false,
             },
         ],
     },
@@ -72,6 +76,7 @@ const MODULES: [Module; 4] = [
             splits: 2,
             out: DType::F32,
             bias: true,
+            zero_blocks: true,
         }],
     },
     Module {
@@ -85,6 +90,7 @@ const MODULES: [Module; 4] = [
             splits: 1,
             out: DType::F16,
             bias: false,
+            zero_blocks: false,
         }],
     },
     Module {
@@ -98,6 +104,7 @@ const MODULES: [Module; 4] = [
             splits: 3,
             out: DType::Bf16,
             bias: true,
+            zero_blocks: false,
         }],
     },
 ];
@@ -107,9 +114,16 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     let kb = k.div_ceil(128);
     let kp = k.div_ceil(16) * 16;
     let nb = n.div_ceil(module.block_rows);
-    let (a, a_scales) = quantize_groups(&random_activations(m, k), m, k, 128);
+    let mut x = random_activations(m, k);
     let w = random_codes(n * k);
-    let w_scales = random_block_scales(nb * kb, (m * 31 + n * 7 + k) as u64);
+    let mut w_scales = random_block_scales(nb * kb, (m * 31 + n * 7 + k) as u64);
+    if c.zero_blocks {
+        // K block 1 of row 0 all zeros (the quantizer's smallest scale), weight block (0, 1)
+        // scaled by zero (its codes stay random: its products must not count).
+        x[128..256].iter_mut().for_each(|v| *v = 0.0);
+        w_scales[1] = 0.0;
+    }
+    let (a, a_scales) = quantize_groups(&x, m, k, 128);
     let bias: Vec<f32> = (0..n).map(|j| (j % 5) as f32 * 0.5 - 1.0).collect();
     let bm = 32 * module.mt as usize;
     let kb_per_split = kb.div_ceil(c.splits);
@@ -143,8 +157,8 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     section(&mut input, &le(&w_scales, |v| v.to_le_bytes()));
     section(&mut input, &le(&bias, |v| v.to_le_bytes()));
     let what = format!(
-        "MT={} stages={} block {}x128: M={m} N={n} K={k} splits={splits} {} bias {}",
-        module.mt, module.stages, module.block_rows, c.out, c.bias
+        "MT={} stages={} block {}x128: M={m} N={n} K={k} splits={splits} {} bias {} zero blocks {}",
+        module.mt, module.stages, module.block_rows, c.out, c.bias, c.zero_blocks
     );
     let raw = model
         .run(&input, tag)
@@ -185,7 +199,7 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
 fn run_modules(sanitizers: &str, tag: &str, pick: &[usize], calls: usize) {
     for &i in pick {
         let module = &MODULES[i];
-        let spec = block_gemm_module(module.mt, module.stages, (module.block_rows, 128));
+        let spec = block_gemm_module(module.mt, module.stages, 1, (module.block_rows, 128));
         let Some(model) = HostModel::build(&format!("{tag}{i}"), DRIVER, &spec, sanitizers) else {
             return;
         };

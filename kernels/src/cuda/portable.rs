@@ -33,12 +33,14 @@ const NAME: &str = PortableBlockFp8::NAME;
 pub struct PortableBlockFp8 {
     layer: GpuLayer<State>,
     forced: (Option<u32>, Option<usize>),
+    blocks_per_sm: Option<u32>,
 }
 
 /// One compiled tile configuration.
 struct Variant {
     mt: u32,
     stages: u32,
+    blocks_per_sm: u32,
     smem: u32,
     gemm: [CudaFunction; 3],
     _module: Arc<CudaModule>,
@@ -59,7 +61,15 @@ impl PortableBlockFp8 {
         Ok(PortableBlockFp8 {
             layer: GpuLayer::new(NAME, ctx)?,
             forced: (None, None),
+            blocks_per_sm: None,
         })
+    }
+
+    /// Forces the resident blocks per SM every tile variant is built for (1 or 2; more is
+    /// taken as 2) instead of the automatic choice, for tests and tuning. Takes effect at the
+    /// next `process_weights`. `None` keeps the automatic choice.
+    pub fn force_blocks_per_sm(&mut self, blocks: Option<u32>) {
+        self.blocks_per_sm = blocks.map(|b| b.clamp(1, 2));
     }
 
     /// Forces the tile height (`mt` m16 tiles per warp: BM = 32 * mt, one of 1, 2, 4) and
@@ -70,23 +80,48 @@ impl PortableBlockFp8 {
     }
 }
 
-/// The module for `mt` m16 tiles per warp and scale blocks `block` with as many pipeline
-/// stages (2..=4) as the device's shared memory allows.
+/// Shared memory the system reserves per resident block.
+const RESERVED_PER_BLOCK: u32 = 1024;
+
+/// Blocks per SM and pipeline stages for `mt` m16 tiles per warp on a device whose opt-in
+/// shared memory per block is `optin` (the SM holds about `optin` + 1 KiB): two blocks when
+/// the SM holds two of at least three stages each (H100 / H200: every tile height), else one
+/// block with up to four stages (the 99 KiB of the sm_89 cards). `forced` picks the block
+/// count; the stages then follow from it (at least 2).
+pub fn occupancy(mt: u32, optin: u32, forced: Option<u32>) -> (u32, u32) {
+    let stage_bytes = (32 * mt + 128) * 128;
+    let two = ((optin + RESERVED_PER_BLOCK) / 2).saturating_sub(RESERVED_PER_BLOCK) / stage_bytes;
+    match forced {
+        Some(2) => (2, two.clamp(2, 4)),
+        Some(_) => (1, (optin / stage_bytes).clamp(2, 4)),
+        None if two >= 3 => (2, two.min(4)),
+        None => (1, (optin / stage_bytes).clamp(2, 4)),
+    }
+}
+
+/// The module for `mt` m16 tiles per warp and scale blocks `block`, with the occupancy and
+/// stages of [`occupancy`].
 fn load_variant(
     gpu: &Arc<Gpu>,
     mt: u32,
     optin: u32,
+    forced: Option<u32>,
     block: (usize, usize),
 ) -> Result<Variant, KernelError> {
-    let stage_bytes = (32 * mt + 128) * 128;
-    let stages = (optin / stage_bytes).clamp(2, 4);
-    let smem = stages * stage_bytes;
+    let (blocks_per_sm, stages) = occupancy(mt, optin, forced);
+    let smem = stages * (32 * mt + 128) * 128;
     let (module, _) = gpu
-        .module(&sources::block_gemm_module(mt, stages, block))
+        .module(&sources::block_gemm_module(
+            mt,
+            stages,
+            blocks_per_sm,
+            block,
+        ))
         .map_err(be(NAME))?;
     Ok(Variant {
         mt,
         stages,
+        blocks_per_sm,
         smem,
         gemm: per_float(&module, "block_gemm", Some(smem)).map_err(be(NAME))?,
         _module: module,
@@ -119,9 +154,10 @@ impl Fp8Kernel for PortableBlockFp8 {
         )?;
         let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
         let scale_block = weight_block(config);
+        let forced = self.blocks_per_sm;
         let variants = [1, 2, 4]
             .into_iter()
-            .map(|mt| load_variant(gpu, mt, optin, scale_block))
+            .map(|mt| load_variant(gpu, mt, optin, forced, scale_block))
             .collect::<Result<Vec<_>, _>>()?;
         let finalize =
             per_float(&variants[0]._module, "splitk_finalize", None).map_err(be(NAME))?;
@@ -187,7 +223,10 @@ impl Fp8Kernel for PortableBlockFp8 {
             launch(
                 b,
                 cfg,
-                format_args!("block_gemm (BM={bm}, {} stages)", v.stages),
+                format_args!(
+                    "block_gemm (BM={bm}, {} stages, {} blocks per SM)",
+                    v.stages, v.blocks_per_sm
+                ),
             )
         }
         .map_err(be(NAME))?;
@@ -272,5 +311,25 @@ impl State {
         } else {
             Ok(0)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::occupancy;
+
+    #[test]
+    fn two_blocks_per_sm_where_the_sm_holds_two_of_three_stages() {
+        // H100 / H200 (227 KiB per block): every tile height at two blocks per SM.
+        assert_eq!(occupancy(1, 232_448, None), (2, 4));
+        assert_eq!(occupancy(2, 232_448, None), (2, 4));
+        assert_eq!(occupancy(4, 232_448, None), (2, 3));
+        // sm_89 (99 KiB): one block per SM, the stages of before.
+        assert_eq!(occupancy(1, 101_376, None), (1, 4));
+        assert_eq!(occupancy(2, 101_376, None), (1, 4));
+        assert_eq!(occupancy(4, 101_376, None), (1, 3));
+        // Forced.
+        assert_eq!(occupancy(4, 232_448, Some(1)), (1, 4));
+        assert_eq!(occupancy(4, 101_376, Some(2)), (2, 2));
     }
 }

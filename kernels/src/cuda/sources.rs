@@ -48,11 +48,20 @@ fn scale_block_options(spec: ModuleSpec, (rows, cols): (usize, usize)) -> Module
 }
 
 /// The portable GEMM module for `mt` m16 tiles per warp (BM = 32 * mt), `stages` pipeline
-/// stages and weight scale blocks of `block` = (rows along N, cols along K).
-pub fn block_gemm_module(mt: u32, stages: u32, block: (usize, usize)) -> ModuleSpec {
-    let spec = ModuleSpec::new("fp8_block_gemm", with_common!("block_gemm.cu"))
+/// stages, registers for `blocks_per_sm` resident blocks (1, the sources' default, or 2:
+/// at most 128 per thread) and weight scale blocks of `block` = (rows along N, cols along K).
+pub fn block_gemm_module(
+    mt: u32,
+    stages: u32,
+    blocks_per_sm: u32,
+    block: (usize, usize),
+) -> ModuleSpec {
+    let mut spec = ModuleSpec::new("fp8_block_gemm", with_common!("block_gemm.cu"))
         .option(format!("-DMT={mt}"))
         .option(format!("-DSTAGES={stages}"));
+    if blocks_per_sm > 1 {
+        spec = spec.option(format!("-DMINB={blocks_per_sm}"));
+    }
     scale_block_options(spec, block)
 }
 
@@ -153,7 +162,7 @@ mod tests {
     fn module_sources_put_the_helpers_first() {
         for (spec, body) in [
             (quant_module(), QUANT_BODY),
-            (block_gemm_module(1, 4, (128, 128)), BLOCK_GEMM_BODY),
+            (block_gemm_module(1, 4, 1, (128, 128)), BLOCK_GEMM_BODY),
             (hopper_module((128, 128)), HOPPER_GEMM_BODY),
             (decode_module((128, 128), (2, 2)), DECODE_GEMM_BODY),
         ] {
@@ -162,8 +171,9 @@ mod tests {
         assert_eq!(marlin_module().source, MARLIN);
         assert!(hopper_module((32, 32)).arch_specific);
         // 128 x 128 blocks are the sources' default; other blocks are `-D` options.
-        assert!(block_gemm_module(1, 4, (128, 128)).options.len() == 2);
-        assert!(block_gemm_module(1, 4, (32, 64)).options.len() == 4);
+        assert!(block_gemm_module(1, 4, 1, (128, 128)).options.len() == 2);
+        assert!(block_gemm_module(1, 4, 1, (32, 64)).options.len() == 4);
+        assert!(block_gemm_module(1, 4, 2, (128, 128)).options.len() == 3);
         assert!(!quant_module().arch_specific);
     }
 
@@ -178,13 +188,13 @@ mod tests {
         // FP8 mma needs sm_89; wgmma and TMA sm_90a; Marlin's bf16 mma sm_80.
         let specs: [(ModuleSpec, &[&str]); 16] = [
             (quant_module(), &["sm_80", "sm_89", "sm_90"]),
-            (block_gemm_module(1, 4, (128, 128)), &["sm_89", "sm_90"]),
-            (block_gemm_module(2, 4, (128, 128)), &["sm_89", "sm_90"]),
-            (block_gemm_module(4, 4, (128, 128)), &["sm_89", "sm_90"]),
-            (block_gemm_module(4, 3, (128, 128)), &["sm_89", "sm_90"]),
-            (block_gemm_module(4, 4, (32, 32)), &["sm_89"]),
-            (block_gemm_module(1, 4, (8, 64)), &["sm_89"]),
-            (block_gemm_module(2, 4, (128, 64)), &["sm_89"]),
+            (block_gemm_module(1, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
+            (block_gemm_module(2, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
+            (block_gemm_module(4, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
+            (block_gemm_module(4, 3, 2, (128, 128)), &["sm_89", "sm_90"]),
+            (block_gemm_module(4, 4, 1, (32, 32)), &["sm_89"]),
+            (block_gemm_module(1, 4, 1, (8, 64)), &["sm_89"]),
+            (block_gemm_module(2, 4, 1, (128, 64)), &["sm_89"]),
             (hopper_module((128, 128)), &["sm_90a"]),
             (hopper_module((32, 32)), &["sm_90a"]),
             (hopper_module((64, 64)), &["sm_90a"]),

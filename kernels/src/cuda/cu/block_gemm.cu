@@ -1,7 +1,10 @@
 // Portable block-scaled FP8 GEMM (sm_89+): FP8 mma.sync m16n8k32 e4m3, cp.async multi-stage
 // pipeline, XOR-swizzled shared memory, f32 accumulation with the 1xSBK activation and
-// SBN x SBK weight scales applied once per SBK-long K block (promotion into a second set of
-// f32 accumulators). Any M, N, K: rows past M / N and K chunks past the padded K are
+// SBN x SBK weight scales applied once per SBK-long K block. One set of f32 accumulators:
+// the MMAs add each block's products to the running sum kept in units of that block's scale
+// product u = a(row) * b(col); between blocks the sum is multiplied by u(kb) / u(kb + 1),
+// after the split's last block by u (no second set of partial sums, so half the
+// accumulator registers). Any M, N, K: rows past M / N and K chunks past the padded K are
 // zero-filled by cp.async, stores are masked.
 //
 //   out[m, n] = sum_kb As[m, kb] * Bs[n / SBN, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
@@ -20,6 +23,9 @@
 #ifndef STAGES
 #define STAGES 4
 #endif
+#ifndef MINB  // blocks per SM the registers must allow
+#define MINB 1
+#endif
 #define BM (32 * MT)
 #define BN 128
 #define BK 128
@@ -27,6 +33,11 @@
 #define WM (BM / 2)
 #define A_STAGE (BM * BK)
 #define B_STAGE (BN * BK)
+// Scales below this floor count as it in the units of the running sums (a zero scale would
+// make the next unit infinite). Activation scales never reach it (the quantizer's smallest
+// is 1e-10 / 448 ~ 2^-42); a weight block scale below it (in practice: zero) contributes
+// its products times 2^-50 instead of times zero.
+#define SCALE_FLOOR 8.8817841970012523e-16f  // 2^-50
 
 #ifndef FP8_HOST_MODEL  // PTX helpers (the host model has C++ versions)
 __device__ __forceinline__ u32 smem_u32(const void* p) {
@@ -82,14 +93,15 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
     const int g = lane >> 2, t = lane & 3;
     const u32 s0 = smem_u32(smem);
 
-    float tot[MT][4][4];
-    float part[MT][4][4];
+    // This split's last scale block that lies inside K.
+    const int kbs_last = min(Kbs, kb1 * (BK / SBK)) - 1;
+    float acc[MT][4][4];
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) { tot[i][j][e] = 0.f; part[i][j][e] = 0.f; }
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
     auto stage_a = [&](int s) { return s0 + (u32)(s * (A_STAGE + B_STAGE)); };
     auto stage_b = [&](int s) { return s0 + (u32)(s * (A_STAGE + B_STAGE) + A_STAGE); };
@@ -128,43 +140,51 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt) mma_e4m3(part[mt][nt], af[mt], bf[nt]);
+                for (int nt = 0; nt < 4; ++nt) mma_e4m3(acc[mt][nt], af[mt], bf[nt]);
             if ((ks + 1) % (SBK / 32) != 0) continue;
-            // Promotion: apply this scale block's scales once, in f32. Blocks past K (the
-            // last K tile of a K that is not a multiple of 128) hold zero partial sums.
+            // End of a scale block: move the sums from units of u(kbs) to units of
+            // u(kbs + 1), or to values after the split's last block. Blocks past K (the last
+            // K tile of a K that is not a multiple of 128) add zero products: no change.
             const int kbs = (kb0 + i) * (BK / SBK) + ks / (SBK / 32);
-            if (kbs < Kbs) {
-                float bsv[4];
+            if (kbs <= kbs_last) {
+                const bool last = kbs == kbs_last;
+                float rb[4];
                 if (SBN % 32 == 0) {  // a warp's 32 columns share one block row
-                    const int br = min((n0 + wn * 32) / SBN, nbs - 1);
-                    bsv[0] = bsv[1] = bsv[2] = bsv[3] = Bs[(long long)br * Kbs + kbs];
+                    const long long br = min((n0 + wn * 32) / SBN, nbs - 1) * (long long)Kbs;
+                    const float b = fmaxf(Bs[br + kbs], SCALE_FLOOR);
+                    rb[0] = last ? b : b * __frcp_rn(fmaxf(Bs[br + kbs + 1], SCALE_FLOOR));
+                    rb[1] = rb[2] = rb[3] = rb[0];
                 } else {
 #pragma unroll
                     for (int nt = 0; nt < 4; ++nt) {
-                        const int br = min((n0 + wn * 32 + nt * 8) / SBN, nbs - 1);
-                        bsv[nt] = Bs[(long long)br * Kbs + kbs];
+                        const long long br =
+                            min((n0 + wn * 32 + nt * 8) / SBN, nbs - 1) * (long long)Kbs;
+                        const float b = fmaxf(Bs[br + kbs], SCALE_FLOOR);
+                        rb[nt] = last ? b : b * __frcp_rn(fmaxf(Bs[br + kbs + 1], SCALE_FLOOR));
                     }
                 }
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    const int r0 = m0 + wm * WM + mt * 16 + g;
-                    const float a0 = r0 < M ? As[(long long)r0 * Kbs + kbs] : 0.f;
-                    const float a1 = r0 + 8 < M ? As[(long long)(r0 + 8) * Kbs + kbs] : 0.f;
+                    float ra[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = m0 + wm * WM + mt * 16 + g + 8 * h;
+                        const long long ar = (long long)min(r, M - 1) * Kbs;
+                        // rows past M: any finite unit (their sums are never stored)
+                        const float a = r < M ? fmaxf(As[ar + kbs], SCALE_FLOOR) : 1.f;
+                        const float an = r < M && !last ? fmaxf(As[ar + kbs + 1], SCALE_FLOOR) : 1.f;
+                        ra[h] = last ? a : a * __frcp_rn(an);
+                    }
 #pragma unroll
                     for (int nt = 0; nt < 4; ++nt) {
-                        const float f0 = a0 * bsv[nt], f1 = a1 * bsv[nt];
-                        tot[mt][nt][0] += part[mt][nt][0] * f0;
-                        tot[mt][nt][1] += part[mt][nt][1] * f0;
-                        tot[mt][nt][2] += part[mt][nt][2] * f1;
-                        tot[mt][nt][3] += part[mt][nt][3] * f1;
+                        const float f0 = ra[0] * rb[nt], f1 = ra[1] * rb[nt];
+                        acc[mt][nt][0] *= f0;
+                        acc[mt][nt][1] *= f0;
+                        acc[mt][nt][2] *= f1;
+                        acc[mt][nt][3] *= f1;
                     }
                 }
             }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
-                    part[mt][nt][0] = part[mt][nt][1] = part[mt][nt][2] = part[mt][nt][3] = 0.f;
         }
     }
     cp_async_wait<0>();
@@ -181,7 +201,7 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                 const int c = n0 + wn * 32 + nt * 8 + t * 2;
                 if (c >= N) continue;
                 const bool both = c + 1 < N;
-                float v0 = tot[mt][nt][h * 2], v1 = tot[mt][nt][h * 2 + 1];
+                float v0 = acc[mt][nt][h * 2], v1 = acc[mt][nt][h * 2 + 1];
                 const long long idx = (long long)r * N + c;
                 if (split) {
                     atomicAdd(ws + idx, v0);
@@ -195,17 +215,17 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
 block_gemm_f32(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
                void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
     block_gemm<0>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
 }
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
 block_gemm_f16(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
                void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
     block_gemm<1>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
 }
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
 block_gemm_bf16(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
                 void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
     block_gemm<2>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
