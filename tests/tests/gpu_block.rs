@@ -58,8 +58,9 @@ fn cublaslt_block_is_selected_exactly_on_sm90() {
     }
 }
 
-/// Every tile height and split-K choice of the portable kernel on ragged layers (the
-/// automatic choice picks one per M; this pins each down). Prints the worst element.
+/// Every tile height, split-K choice and resident-blocks-per-SM build of the portable kernel
+/// on ragged layers (the automatic choice picks one per M; this pins each down). Prints the
+/// worst element.
 #[test]
 fn portable_every_tile_and_split() {
     let Some(gpu) = gpu_for_entry_or_skip(
@@ -75,6 +76,7 @@ fn portable_every_tile_and_split() {
         (1, 7748, 3884, DType::Bf16),
         (5, 520, 1000, DType::F32),
         (40, 300, 700, DType::F16),
+        (130, 264, 1000, DType::Bf16),
     ] {
         let cfg = LayerConfig::block_128(n, k, input, DType::F32);
         let tol = Tolerance::for_kernel(&PortableBlockFp8::ENTRY, &cfg);
@@ -83,29 +85,28 @@ fn portable_every_tile_and_split() {
             Tensor::fp8(&w, [n, k]),
             Tensor::f32(&ws, [n.div_ceil(128), k.div_ceil(128)]),
         );
-        let mut kernel = PortableBlockFp8::new(&target.build_ctx(&cfg, &KernelOptions::none()))
-            .unwrap_or_else(|e| panic!("{e}"));
-        kernel.process_weights(&weights).unwrap();
         let x = random_activations(m, k);
-        for mt in [1, 2, 4] {
-            for splits in [Some(1), Some(3), None] {
-                kernel.force_launch(Some(mt), splits);
-                let (got, exact) = run(&gpu, &mut kernel, &cfg, &x, m).unwrap();
-                let (aq, as_) = quantize_groups(&exact, m, k);
-                let rows: Vec<usize> = (0..m).collect();
-                let want = block_reference_rows(&aq, &as_, &w, &ws, n, k, &rows);
-                let c = compare(&got, &want, n, tol);
-                eprintln!(
-                    "  portable M={m:<3} N={n:<5} K={k:<5} {input} BM={:<3} splits={splits:?}: {}",
-                    32 * mt,
-                    c.summary()
-                );
-                if !c.ok() {
-                    bad.push(format!(
-                        "M={m} N={n} K={k} BM={} splits={splits:?}: {}",
-                        32 * mt,
-                        c.summary()
-                    ));
+        for bps in [1, 2] {
+            let mut kernel = PortableBlockFp8::new(&target.build_ctx(&cfg, &KernelOptions::none()))
+                .unwrap_or_else(|e| panic!("{e}"));
+            kernel.force_blocks_per_sm(Some(bps));
+            kernel.process_weights(&weights).unwrap();
+            for mt in [1, 2, 4] {
+                for splits in [Some(1), Some(3), None] {
+                    kernel.force_launch(Some(mt), splits);
+                    let (got, exact) = run(&gpu, &mut kernel, &cfg, &x, m).unwrap();
+                    let (aq, as_) = quantize_groups(&exact, m, k);
+                    let rows: Vec<usize> = (0..m).collect();
+                    let want = block_reference_rows(&aq, &as_, &w, &ws, n, k, &rows);
+                    let c = compare(&got, &want, n, tol);
+                    let what = format!(
+                        "M={m} N={n} K={k} {input} BM={} splits={splits:?} blocks/SM={bps}",
+                        32 * mt
+                    );
+                    eprintln!("  portable {what}: {}", c.summary());
+                    if !c.ok() {
+                        bad.push(format!("{what}: {}", c.summary()));
+                    }
                 }
             }
         }
