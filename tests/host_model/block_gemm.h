@@ -7,6 +7,8 @@ inline u32 smem_u32(const void* p) { return (u32)((const unsigned char*)p - host
 inline void cp_async16(u32 dst, const void* src, int src_bytes) {
     host_cp_async(dst, src, (u32)src_bytes, 16);
 }
+// rcp.approx.ftz.f32 (within 1 ulp on the GPU; exact division here).
+inline float rcp_approx(float x) { return 1.0f / x; }
 inline void cp_async_commit() { host_cp_commit(); }
 template <int N>
 inline void cp_async_wait() {

@@ -1,6 +1,7 @@
 // The host model's driver for cu/block_gemm.cu (the portable block-scaled FP8 GEMM): runs
-// one call (the GEMM, then the split-K finalize when split) several times, the GEMM's blocks
-// in a different order each time, and writes every call's output.
+// one call several times, the blocks in a different order each time, and writes every
+// call's output. A split call starts from a zero workspace (counters and sums) and must
+// leave it zero (traps otherwise): the next call relies on it.
 //
 //   model INPUT OUTPUT
 //
@@ -14,8 +15,7 @@
 #include KERNEL_INC
 
 typedef void (*Gemm)(const u8*, int, const float*, const u8*, int, const float*, void*, float*,
-                     const float*, int, int, int, int, int);
-typedef void (*Finalize)(const float*, void*, const float*, int, int);
+                     u32*, const float*, int, int, int, int, int);
 
 int main(int argc, char** argv) {
     if (argc != 3) return 2;
@@ -32,22 +32,23 @@ int main(int argc, char** argv) {
     const int M = p[0], N = p[1], K = p[2], kp = p[3], gn = p[4], gm = p[5], splits = p[6];
     const int kbs = p[7], dt = p[8], has_bias = p[9], launches = p[10];
     const Gemm gemm[3] = {block_gemm_f32, block_gemm_f16, block_gemm_bf16};
-    const Finalize fin[3] = {splitk_finalize_f32, splitk_finalize_f16, splitk_finalize_bf16};
     const size_t elem = dt == 0 ? 4 : 2, count = (size_t)M * N;
     std::vector<unsigned char> out(count * elem);
     std::vector<float> ws(splits > 1 ? count : 0);
+    std::vector<u32> counters(splits > 1 ? (size_t)gn * gm : 0);
     const float* bp = has_bias ? bias.data() : nullptr;
     FILE* o = fopen(argv[2], "wb");
     for (int l = 0; l < launches; l++) {
         std::fill(out.begin(), out.end(), (unsigned char)0xff);
-        std::fill(ws.begin(), ws.end(), 0.0f);
         run_grid(Dim3{(unsigned)gn, (unsigned)gm, (unsigned)splits}, THREADS, l, [&] {
             gemm[dt](a.data(), kp, as.data(), b.data(), kp, bs.data(), out.data(),
-                     splits > 1 ? ws.data() : nullptr, bp, M, N, K, kp, kbs);
+                     splits > 1 ? ws.data() : nullptr, splits > 1 ? counters.data() : nullptr,
+                     bp, M, N, K, kp, kbs);
         });
-        if (splits > 1)
-            run_grid(Dim3{3, 1, 1}, 256, 0,
-                     [&] { fin[dt](ws.data(), out.data(), bp, M, N); });
+        for (float v : ws)
+            if (v != 0.0f) __builtin_trap();  // sums not put back to zero
+        for (u32 c : counters)
+            if (c != 0) __builtin_trap();  // a counter not reset
         fwrite(out.data(), 1, out.size(), o);
     }
     fclose(o);

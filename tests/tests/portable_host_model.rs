@@ -1,8 +1,8 @@
 //! The host model of the portable block-scaled FP8 GEMM (`cu/block_gemm.cu`, the kernel of
 //! `PortableBlockFp8`): the kernel's own source compiled on the CPU (tests/src/host_model.rs)
 //! under the address and undefined-behaviour sanitizers, for each tile height (MT 1, 2, 4),
-//! 2-4 pipeline stages, 128- and 32-row weight blocks, split and unsplit K (the split-K
-//! finalize kernel too), ragged M, N and K, f32 / f16 / bf16 output and bias. Each output is
+//! 2-4 pipeline stages, 128- and 32-row weight blocks, split and unsplit K (the
+//! last split's in-kernel reduction, which must leave its workspace zero), ragged M, N and K, f32 / f16 / bf16 output and bias. Each output is
 //! checked against the f64 block-scaled reference of the same FP8 codes and scales; unsplit
 //! calls must also be bit-identical over three block orders. Skips with a printed reason
 //! without a C++20 compiler.

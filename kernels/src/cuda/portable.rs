@@ -1,7 +1,8 @@
 //! Our own block-scaled FP8 GEMM for sm_89 and newer: FP8 `mma.sync` m16n8k32 with f32
 //! accumulation, 1xC activation / RxC weight scales (R a multiple of 8, C 32, 64 or 128;
 //! f32 or ue8m0) applied per C-long K block,
-//! masking for any M, N, K, split-K for small grids. The role the Triton block kernel plays
+//! masking for any M, N, K, split-K for small grids (reduced inside the GEMM launch: no
+//! memset, no second launch). The role the Triton block kernel plays
 //! upstream, with an honest arch (FP8 tensor-core instructions exist from sm_89 on).
 //! Source: `cu/block_gemm.cu`.
 
@@ -18,7 +19,7 @@ use fp8_linear_cuda::{CudaError, Gpu};
 use super::block::{block_checks, row_major, weight_block, ActLayout, BlockLayer, Blocks};
 use super::dtype::float_index;
 use super::error::{be, be_at};
-use super::launch::{elementwise, grid, launch, per_float};
+use super::launch::{grid, launch, per_float};
 use super::layer::GpuLayer;
 use super::scratch::Scratch;
 use super::sources;
@@ -50,7 +51,8 @@ struct State {
     /// Weights with row-major block scales, activations with row-major group scales.
     block: BlockLayer,
     variants: Vec<Variant>,
-    finalize: [CudaFunction; 3],
+    /// Split-K: one u32 counter per output tile (rounded up to 4 words), then the m*n f32
+    /// sums; all zero between calls (the last split of each tile puts the zeros back).
     ws: Scratch<f32>,
 }
 
@@ -159,12 +161,9 @@ impl Fp8Kernel for PortableBlockFp8 {
             .into_iter()
             .map(|mt| load_variant(gpu, mt, optin, forced, scale_block))
             .collect::<Result<Vec<_>, _>>()?;
-        let finalize =
-            per_float(&variants[0]._module, "splitk_finalize", None).map_err(be(NAME))?;
         self.layer.set(State {
             block,
             variants,
-            finalize,
             ws: Scratch::default(),
         });
         Ok(())
@@ -191,17 +190,17 @@ impl Fp8Kernel for PortableBlockFp8 {
         let v = &st.variants[p.variant];
         let bm = 32 * v.mt as usize;
         let oi = float_index("output", c.output_dtype)?;
-        if p.splits > 1 {
-            // SAFETY: ws addresses at least m*n floats of this GPU; the layer's stream.
-            unsafe { gpu.memset_async(ws, 0, m * n * 4) }
-                .map_err(|e| be(NAME)(e.within("clearing the split-K workspace")))?;
-        }
         let bias = st.block.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
         let (wptr, bsptr) = (st.block.w.codes.ptr(), st.block.scales.ptr());
         let (q, a_s, out) = (call.codes, call.scales, call.out);
         let (mi, ni, ki, kpi) = (m as i32, n as i32, k as i32, ldk as i32);
         let ld = ldk as i32;
         let kbs = p.kb_per_split as i32;
+        let (counters, sums) = if ws == 0 {
+            (0, 0)
+        } else {
+            (ws, ws + 4 * p.counter_words() as u64)
+        };
         let s = gpu.stream();
         let mut b = s.launch_builder(&v.gemm[oi]);
         b.arg(&q)
@@ -211,14 +210,16 @@ impl Fp8Kernel for PortableBlockFp8 {
             .arg(&ld)
             .arg(&bsptr)
             .arg(&out)
-            .arg(&ws)
+            .arg(&sums)
+            .arg(&counters)
             .arg(&bias);
         b.arg(&mi).arg(&ni).arg(&ki).arg(&kpi).arg(&kbs);
         let cfg = grid((p.gn as u32, p.gm as u32, p.splits as u32), 256, v.smem);
         // SAFETY: the stream belongs to this GPU (checked ordinal); every pointer addresses
         // memory of the sizes the kernel reads/writes (A m*ldk, As m*ceil(k/C), B n*ldk, Bs
         // ceil(n/R)*ceil(k/C), out m*n, ws m*n when split); masking keeps accesses in
-        // bounds.
+        // bounds; when split, the workspace holds the tiles' counters and m*n sums, all zero
+        // (as allocated, and as every split call leaves them).
         unsafe {
             launch(
                 b,
@@ -230,12 +231,6 @@ impl Fp8Kernel for PortableBlockFp8 {
             )
         }
         .map_err(be(NAME))?;
-        if p.splits > 1 {
-            let mut f = s.launch_builder(&st.finalize[oi]);
-            f.arg(&ws).arg(&out).arg(&bias).arg(&mi).arg(&ni);
-            // SAFETY: ws holds the m*n partial sums, out m*n elements, bias n floats.
-            unsafe { launch(f, elementwise(m * n), "splitk_finalize") }.map_err(be(NAME))?;
-        }
         Ok(())
     }
 
@@ -259,6 +254,13 @@ struct Plan {
     gm: usize,
     splits: usize,
     kb_per_split: usize,
+}
+
+impl Plan {
+    /// Words of the split-K workspace taken by the tiles' counters (16-byte aligned sums).
+    fn counter_words(&self) -> usize {
+        (self.gn * self.gm).next_multiple_of(4)
+    }
 }
 
 impl State {
@@ -307,7 +309,7 @@ impl State {
     ) -> Result<u64, CudaError> {
         self.block.reserve(c, gpu, m)?;
         if p.splits > 1 {
-            Ok(self.ws.get(gpu, m * c.n)?.ptr())
+            Ok(self.ws.get(gpu, p.counter_words() + m * c.n)?.ptr())
         } else {
             Ok(0)
         }

@@ -14,8 +14,10 @@
 // Kbs = ceil(K / SBK). The scale block: SBN (along N) a multiple of 8 (each 8-column MMA
 // tile inside one block), SBK (along K) 32, 64 or 128. Tile BM x 128 x 128 (BM = 32 * MT), 8 warps as 2 (M) x 4 (N); a 128-long K tile
 // holds 128 / SBK scale blocks, each promoted after its SBK / 32 MMA K steps. Split-K over
-// blockIdx.z (in 128-long K tiles) accumulates into an f32 workspace with atomics;
-// `splitk_finalize` converts it.
+// blockIdx.z (in 128-long K tiles) adds into an f32 workspace
+// with atomics; the last split of a tile to arrive (an atomic counter per tile) reads the
+// tile's sums, stores the output (+ bias) and puts zeros back into the workspace and the
+// counter: both are zero between calls, so a call needs no memset and no second launch.
 
 #ifndef MT
 #define MT 4
@@ -54,6 +56,15 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
+// 1 / x to within 1 ulp (MUFU.RCP; x normal: every scale is clamped to SCALE_FLOOR first).
+// The correctly rounded __frcp_rn costs a subroutine call with a slow path, whose register
+// saves spilled in the main loop.
+__device__ __forceinline__ float rcp_approx(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
 __device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
@@ -79,8 +90,8 @@ template <int OUT>
 __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __restrict__ As,
                            const u8* __restrict__ B, int ldb, const float* __restrict__ Bs,
                            void* __restrict__ out, float* __restrict__ ws,
-                           const float* __restrict__ bias, int M, int N, int K, int kp,
-                           int kb_per_split) {
+                           u32* __restrict__ counters, const float* __restrict__ bias, int M,
+                           int N, int K, int kp, int kb_per_split) {
     extern __shared__ __align__(128) u8 smem[];
     const int Kb = (K + BK - 1) / BK;
     const int Kbs = (K + SBK - 1) / SBK, nbs = (N + SBN - 1) / SBN;
@@ -122,8 +133,38 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
         if (nx < nk) load(nx % STAGES, kb0 + nx);
         cp_async_commit();
         const u32 sa = stage_a(i % STAGES), sb = stage_b(i % STAGES);
+        // The scales of the block being summed (u(kbs)) and of the next (u(kbs + 1)), with
+        // the floor applied, loaded when the block starts: the loads are in flight during
+        // its MMAs instead of stalling the rescale after them. Rows past M: 1 (any finite
+        // unit; their sums are never stored).
+        int kbs = 0;
+        bool last = false;
+        float xa[MT][2], xan[MT][2], xb[4], xbn[4];
 #pragma unroll
         for (int ks = 0; ks < BK / 32; ++ks) {
+            if (ks % (SBK / 32) == 0) {
+                kbs = (kb0 + i) * (BK / SBK) + ks / (SBK / 32);
+                last = kbs == kbs_last;
+                const int kn = min(kbs + 1, kbs_last);  // in bounds; unused when last
+                if (kbs <= kbs_last) {
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt) {
+                        const int col = n0 + wn * 32 + (SBN % 32 == 0 ? 0 : nt * 8);
+                        const long long br = min(col / SBN, nbs - 1) * (long long)Kbs;
+                        xb[nt] = fmaxf(Bs[br + kbs], SCALE_FLOOR);
+                        xbn[nt] = fmaxf(Bs[br + kn], SCALE_FLOOR);
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int r = m0 + wm * WM + mt * 16 + g + 8 * h;
+                            const long long ar = (long long)min(r, M - 1) * Kbs;
+                            xa[mt][h] = r < M ? fmaxf(As[ar + kbs], SCALE_FLOOR) : 1.f;
+                            xan[mt][h] = r < M ? fmaxf(As[ar + kn], SCALE_FLOOR) : 1.f;
+                        }
+                }
+            }
             u32 af[MT][4];
             u32 bf[4][2];
 #pragma unroll
@@ -143,38 +184,19 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                 for (int nt = 0; nt < 4; ++nt) mma_e4m3(acc[mt][nt], af[mt], bf[nt]);
             if ((ks + 1) % (SBK / 32) != 0) continue;
             // End of a scale block: move the sums from units of u(kbs) to units of
-            // u(kbs + 1), or to values after the split's last block. Blocks past K (the last
-            // K tile of a K that is not a multiple of 128) add zero products: no change.
-            const int kbs = (kb0 + i) * (BK / SBK) + ks / (SBK / 32);
+            // u(kbs + 1), or to values after the split's last block (factors from the
+            // scales loaded before this block's MMAs).
             if (kbs <= kbs_last) {
-                const bool last = kbs == kbs_last;
                 float rb[4];
-                if (SBN % 32 == 0) {  // a warp's 32 columns share one block row
-                    const long long br = min((n0 + wn * 32) / SBN, nbs - 1) * (long long)Kbs;
-                    const float b = fmaxf(Bs[br + kbs], SCALE_FLOOR);
-                    rb[0] = last ? b : b * __frcp_rn(fmaxf(Bs[br + kbs + 1], SCALE_FLOOR));
-                    rb[1] = rb[2] = rb[3] = rb[0];
-                } else {
 #pragma unroll
-                    for (int nt = 0; nt < 4; ++nt) {
-                        const long long br =
-                            min((n0 + wn * 32 + nt * 8) / SBN, nbs - 1) * (long long)Kbs;
-                        const float b = fmaxf(Bs[br + kbs], SCALE_FLOOR);
-                        rb[nt] = last ? b : b * __frcp_rn(fmaxf(Bs[br + kbs + 1], SCALE_FLOOR));
-                    }
-                }
+                for (int nt = 0; nt < 4; ++nt)
+                    rb[nt] = last ? xb[nt] : xb[nt] * rcp_approx(xbn[nt]);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     float ra[2];
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = m0 + wm * WM + mt * 16 + g + 8 * h;
-                        const long long ar = (long long)min(r, M - 1) * Kbs;
-                        // rows past M: any finite unit (their sums are never stored)
-                        const float a = r < M ? fmaxf(As[ar + kbs], SCALE_FLOOR) : 1.f;
-                        const float an = r < M && !last ? fmaxf(As[ar + kbs + 1], SCALE_FLOOR) : 1.f;
-                        ra[h] = last ? a : a * __frcp_rn(an);
-                    }
+                    for (int h = 0; h < 2; ++h)
+                        ra[h] = last ? xa[mt][h] : xa[mt][h] * rcp_approx(xan[mt][h]);
 #pragma unroll
                     for (int nt = 0; nt < 4; ++nt) {
                         const float f0 = ra[0] * rb[nt], f1 = ra[1] * rb[nt];
@@ -189,7 +211,59 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
     }
     cp_async_wait<0>();
 
-    const bool split = gridDim.z > 1;
+    // Element e of (mt, nt): row m0 + wm * WM + mt * 16 + g + 8 * (e >> 1), column
+    // n0 + wn * 32 + nt * 8 + 2 * t + (e & 1).
+    if (gridDim.z > 1) {
+        __shared__ u32 last;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + wm * WM + mt * 16 + g + h * 8;
+                if (r >= M) continue;
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    const int c = n0 + wn * 32 + nt * 8 + t * 2;
+                    const long long idx = (long long)r * N + c;
+                    if (c < N) atomicAdd(ws + idx, acc[mt][nt][h * 2]);
+                    if (c + 1 < N) atomicAdd(ws + idx + 1, acc[mt][nt][h * 2 + 1]);
+                }
+            }
+        // One lane publishes the block's additions (ordered before it by the barrier; the
+        // fence is cumulative) and, in the last split, acquires the others' before the
+        // barrier.
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            const u32 tile = blockIdx.y * gridDim.x + blockIdx.x;
+            last = atomicAdd(&counters[tile], 1u) == gridDim.z - 1;
+            if (last) {
+                __threadfence();
+                counters[tile] = 0;  // ready for the next call on the stream
+            }
+        }
+        __syncthreads();
+        if (!last) return;
+        // The tile's sums, read from L2; zeros back for the next call.
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + wm * WM + mt * 16 + g + h * 8;
+                if (r >= M) continue;
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    const int c = n0 + wn * 32 + nt * 8 + t * 2;
+                    const long long idx = (long long)r * N + c;
+#pragma unroll
+                    for (int j = 0; j < 2; ++j)
+                        if (c + j < N) {
+                            acc[mt][nt][h * 2 + j] = __ldcg(ws + idx + j);
+                            __stcg(ws + idx + j, 0.0f);
+                        }
+                }
+            }
+    }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -202,14 +276,8 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                 if (c >= N) continue;
                 const bool both = c + 1 < N;
                 float v0 = acc[mt][nt][h * 2], v1 = acc[mt][nt][h * 2 + 1];
-                const long long idx = (long long)r * N + c;
-                if (split) {
-                    atomicAdd(ws + idx, v0);
-                    if (both) atomicAdd(ws + idx + 1, v1);
-                } else {
-                    if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
-                    store2<OUT>(out, idx, v0, v1, both, (N & 1) == 0);
-                }
+                if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
+                store2<OUT>(out, (long long)r * N + c, v0, v1, both, (N & 1) == 0);
             }
         }
     }
@@ -217,39 +285,19 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
 
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)
 block_gemm_f32(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
-               void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
-    block_gemm<0>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
+               void* out, float* ws, u32* counters, const float* bias, int M, int N, int K, int kp,
+               int kbs) {
+    block_gemm<0>(A, lda, As, B, ldb, Bs, out, ws, counters, bias, M, N, K, kp, kbs);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)
 block_gemm_f16(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
-               void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
-    block_gemm<1>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
+               void* out, float* ws, u32* counters, const float* bias, int M, int N, int K, int kp,
+               int kbs) {
+    block_gemm<1>(A, lda, As, B, ldb, Bs, out, ws, counters, bias, M, N, K, kp, kbs);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)
 block_gemm_bf16(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
-                void* out, float* ws, const float* bias, int M, int N, int K, int kp, int kbs) {
-    block_gemm<2>(A, lda, As, B, ldb, Bs, out, ws, bias, M, N, K, kp, kbs);
-}
-
-// Split-K epilogue: out = ws (+ bias), converted to the output dtype.
-template <int OUT>
-__device__ void finalize(const float* __restrict__ ws, void* __restrict__ out,
-                         const float* __restrict__ bias, int M, int N) {
-    const long long total = (long long)M * N;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        float v = ws[i];
-        if (bias != 0) v += bias[i % N];
-        if (OUT == 0) ((float*)out)[i] = v;
-        else ((u16*)out)[i] = OUT == 1 ? f32_to_f16(v) : f32_to_bf16(v);
-    }
-}
-extern "C" __global__ void splitk_finalize_f32(const float* ws, void* out, const float* bias, int M, int N) {
-    finalize<0>(ws, out, bias, M, N);
-}
-extern "C" __global__ void splitk_finalize_f16(const float* ws, void* out, const float* bias, int M, int N) {
-    finalize<1>(ws, out, bias, M, N);
-}
-extern "C" __global__ void splitk_finalize_bf16(const float* ws, void* out, const float* bias, int M, int N) {
-    finalize<2>(ws, out, bias, M, N);
+                void* out, float* ws, u32* counters, const float* bias, int M, int N, int K, int kp,
+               int kbs) {
+    block_gemm<2>(A, lda, As, B, ldb, Bs, out, ws, counters, bias, M, N, K, kp, kbs);
 }
