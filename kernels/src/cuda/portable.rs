@@ -264,8 +264,8 @@ impl Plan {
 }
 
 impl State {
-    /// The launch for `m` rows: the tile height grows with M (or is forced), K is split
-    /// when the tiles do not fill the GPU.
+    /// The launch for `m` rows (tile height and K split, each forced or chosen by
+    /// [`plan_launch`]).
     fn plan(
         &self,
         c: &LayerConfig,
@@ -274,25 +274,28 @@ impl State {
         m: usize,
     ) -> Plan {
         let kb = c.k.div_ceil(128);
-        let variant = match (forced.0, m) {
-            (Some(1), _) | (None, 0..=32) => 0,
-            (Some(2), _) | (None, 33..=64) => 1,
-            _ => 2,
-        };
-        let bm = 32 * self.variants[variant].mt as usize;
-        let (gn, gm) = (c.n.div_ceil(128), m.div_ceil(bm));
-        let tiles = gn * gm;
+        let gn = c.n.div_ceil(128);
         let sms = gpu.device().sm_count.max(1) as usize;
-        let splits = match forced.1 {
-            Some(s) => s.clamp(1, kb),
-            None if tiles >= sms => 1,
-            None => (2 * sms).div_ceil(tiles).min(kb),
+        let heights: Vec<(u32, usize)> = self
+            .variants
+            .iter()
+            .map(|v| (v.mt, sms * v.blocks_per_sm as usize))
+            .collect();
+        let (auto_variant, auto_splits) = plan_launch(&heights, gn, m, kb);
+        let variant = match forced.0 {
+            Some(mt) => self
+                .variants
+                .iter()
+                .position(|v| v.mt == mt)
+                .unwrap_or(auto_variant),
+            None => auto_variant,
         };
+        let splits = forced.1.map_or(auto_splits, |s| s.clamp(1, kb));
         let kb_per_split = kb.div_ceil(splits.max(1));
         Plan {
             variant,
             gn,
-            gm,
+            gm: m.div_ceil(32 * self.variants[variant].mt as usize),
             splits: kb.div_ceil(kb_per_split),
             kb_per_split,
         }
@@ -316,9 +319,60 @@ impl State {
     }
 }
 
+/// The automatic launch for `m` rows of a layer with `gn` 128-column tiles and `kb` 128-long
+/// K tiles: (index into `heights`, K splits). `heights` lists each tile variant as (m16
+/// tiles per warp, resident-block slots on the GPU), shortest first. From the H200 sweep
+/// (`PORTABLE_SWEEP=1` of the `portable` bench, BENCHMARKS.md):
+/// - the tallest tile whose grid fills at least 5/6 of its slots (a wave), else the shortest
+///   (32 rows: at M = 64-128 shorter tiles on more SMs beat taller ones on fewer);
+/// - K split only while the tiles leave slots idle, into at most `slots / tiles` parts (one
+///   wave) of at least 4 K tiles each, and only where the reduction is cheap against the work
+///   saved: M <= 32, or K of at least 32 tiles (the atomics into the workspace cost about
+///   as much as a split saves on short K).
+fn plan_launch(heights: &[(u32, usize)], gn: usize, m: usize, kb: usize) -> (usize, usize) {
+    let tiles = |mt: u32| gn * m.div_ceil(32 * mt as usize);
+    let variant = (0..heights.len())
+        .rev()
+        .find(|&i| 6 * tiles(heights[i].0) >= 5 * heights[i].1)
+        .unwrap_or(0);
+    let (t, slots) = (tiles(heights[variant].0), heights[variant].1);
+    let splits = if t == 0 || 6 * t >= 5 * slots || (m > 32 && kb < 32) {
+        1
+    } else {
+        (slots / t).clamp(1, (kb / 4).max(1))
+    };
+    (variant, splits)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::occupancy;
+    use super::{occupancy, plan_launch};
+
+    /// The H200's variants: 32, 64 and 128 rows, two blocks per SM on 132 SMs.
+    const H200: [(u32, usize); 3] = [(1, 264), (2, 264), (4, 264)];
+
+    #[test]
+    fn launch_plan_follows_the_h200_sweep() {
+        // (gn, M, kb) -> (tile rows, splits): the sweep's best on 4096x7168 and 7168x2048.
+        let plan = |gn, m, kb| {
+            let (v, s) = plan_launch(&H200, gn, m, kb);
+            (32 << v, s)
+        };
+        assert_eq!(plan(32, 4, 56), (32, 8));
+        assert_eq!(plan(32, 16, 56), (32, 8));
+        assert_eq!(plan(32, 64, 56), (32, 4));
+        assert_eq!(plan(32, 128, 56), (32, 2));
+        assert_eq!(plan(32, 512, 56), (64, 1));
+        assert_eq!(plan(32, 4096, 56), (128, 1));
+        assert_eq!(plan(56, 4, 16), (32, 4));
+        assert_eq!(plan(56, 16, 16), (32, 4));
+        assert_eq!(plan(56, 64, 16), (32, 1));
+        assert_eq!(plan(56, 128, 16), (32, 1));
+        assert_eq!(plan(56, 512, 16), (128, 1));
+        // A grid that fills the GPU is never split; a 1-tile K never.
+        assert_eq!(plan(144, 16, 56), (32, 1));
+        assert_eq!(plan(1, 1, 1), (32, 1));
+    }
 
     #[test]
     fn two_blocks_per_sm_where_the_sm_holds_two_of_three_stages() {

@@ -86,6 +86,13 @@ __device__ __forceinline__ void load_tile(u32 dst, const u8* __restrict__ src, i
     }
 }
 
+// The factor that moves a sum from units of scale s (this block's) to units of scale sn (the
+// next block's), or to values after the split's last block; both floored.
+__device__ __forceinline__ float rescale(float s, float sn, bool last) {
+    s = fmaxf(s, SCALE_FLOOR);
+    return last ? s : s * rcp_approx(fmaxf(sn, SCALE_FLOOR));
+}
+
 template <int OUT>
 __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __restrict__ As,
                            const u8* __restrict__ B, int ldb, const float* __restrict__ Bs,
@@ -133,10 +140,10 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
         if (nx < nk) load(nx % STAGES, kb0 + nx);
         cp_async_commit();
         const u32 sa = stage_a(i % STAGES), sb = stage_b(i % STAGES);
-        // The scales of the block being summed (u(kbs)) and of the next (u(kbs + 1)), with
-        // the floor applied, loaded when the block starts: the loads are in flight during
-        // its MMAs instead of stalling the rescale after them. Rows past M: 1 (any finite
-        // unit; their sums are never stored).
+        // The scales of the block being summed (u(kbs)) and of the next (u(kbs + 1)), loaded
+        // when the block starts and first used (floor, reciprocal) after its MMAs: the loads
+        // are in flight during the MMAs instead of stalling the rescale. Rows past M: 1 (any
+        // finite unit; their sums are never stored).
         int kbs = 0;
         bool last = false;
         float xa[MT][2], xan[MT][2], xb[4], xbn[4];
@@ -151,8 +158,8 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                     for (int nt = 0; nt < 4; ++nt) {
                         const int col = n0 + wn * 32 + (SBN % 32 == 0 ? 0 : nt * 8);
                         const long long br = min(col / SBN, nbs - 1) * (long long)Kbs;
-                        xb[nt] = fmaxf(Bs[br + kbs], SCALE_FLOOR);
-                        xbn[nt] = fmaxf(Bs[br + kn], SCALE_FLOOR);
+                        xb[nt] = Bs[br + kbs];
+                        xbn[nt] = Bs[br + kn];
                     }
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt)
@@ -160,8 +167,8 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                         for (int h = 0; h < 2; ++h) {
                             const int r = m0 + wm * WM + mt * 16 + g + 8 * h;
                             const long long ar = (long long)min(r, M - 1) * Kbs;
-                            xa[mt][h] = r < M ? fmaxf(As[ar + kbs], SCALE_FLOOR) : 1.f;
-                            xan[mt][h] = r < M ? fmaxf(As[ar + kn], SCALE_FLOOR) : 1.f;
+                            xa[mt][h] = r < M ? As[ar + kbs] : 1.f;
+                            xan[mt][h] = r < M ? As[ar + kn] : 1.f;
                         }
                 }
             }
@@ -190,13 +197,13 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                 float rb[4];
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt)
-                    rb[nt] = last ? xb[nt] : xb[nt] * rcp_approx(xbn[nt]);
+                    rb[nt] = rescale(xb[nt], xbn[nt], last);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     float ra[2];
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
-                        ra[h] = last ? xa[mt][h] : xa[mt][h] * rcp_approx(xan[mt][h]);
+                        ra[h] = rescale(xa[mt][h], xan[mt][h], last);
 #pragma unroll
                     for (int nt = 0; nt < 4; ++nt) {
                         const float f0 = ra[0] * rb[nt], f1 = ra[1] * rb[nt];
