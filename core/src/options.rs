@@ -20,7 +20,8 @@ pub struct KernelOptions {
     /// Upper bound on K splits for kernels that split K (None: the kernel's own cap, 16).
     pub max_splits: Option<u16>,
     /// Compile for this older compute capability instead of the device's (kernels that
-    /// support it: Marlin); None compiles for the device.
+    /// support it: Marlin, from 8.0; the portable block kernel, from 8.9); None compiles for
+    /// the device.
     pub compile_for: Option<Capability>,
     /// Row height of the output tiles for kernels that choose one per call (the Hopper
     /// kernel: 64, 128, 192 or 256); None lets the kernel choose by M. A kernel that cannot use

@@ -1,6 +1,7 @@
 //! Kernel-specific checks of the block-scaled FP8 GEMMs that the matrix (gpu_matrix.rs,
 //! which checks every CUDA kernel's numerics on every layer it takes) does not make: every
-//! tile height and split-K factor of the portable kernel pinned down with `force_launch`
+//! tile height and split-K factor of the portable kernel pinned down with `force_launch`,
+//! at one and two blocks per SM and compiled from sm_89 PTX
 //! (f32 output, held to 1e-5 relative Frobenius and 1e-5 of each row's largest output per
 //! element), and selection picking the sm_90 cuBLASLt block kernel on sm_90 and never on
 //! another GPU. Skips without a GPU unless FP8_REQUIRE_CUDA=1; the portable kernel's test
@@ -9,9 +10,12 @@
 
 use fp8_linear::cuda::{CublasLtBlockFp8, PortableBlockFp8};
 use fp8_linear::{
-    DType, Fp8Kernel, KernelOptions, LayerConfig, LayerWeights, Overrides, Registered, Target,
-    Tensor,
+    Capability, DType, Fp8Kernel, KernelOptions, LayerConfig, LayerWeights, Overrides, Registered,
+    Target, Tensor,
 };
+
+/// The Ada GPUs' capability (L4, L40S, RTX 4090).
+const SM89: Capability = Capability::new(8, 9);
 use fp8_linear_tests::check::{compare, Tolerance};
 use fp8_linear_tests::gpu::{block_reference_rows, gpu_for_entry_or_skip, gpu_or_skip, run};
 use fp8_linear_tests::layers::{quantize_groups, random_activations, random_block_weight};
@@ -59,8 +63,8 @@ fn cublaslt_block_is_selected_exactly_on_sm90() {
 }
 
 /// Every tile height, split-K choice and resident-blocks-per-SM build of the portable kernel
-/// on ragged layers (the automatic choice picks one per M; this pins each down). Prints the
-/// worst element.
+/// on ragged layers, and the kernel compiled from sm_89 PTX (the automatic choice picks one
+/// per M; this pins each down). Prints the worst element.
 #[test]
 fn portable_every_tile_and_split() {
     let Some(gpu) = gpu_for_entry_or_skip(
@@ -86,10 +90,15 @@ fn portable_every_tile_and_split() {
             Tensor::f32(&ws, [n.div_ceil(128), k.div_ceil(128)]),
         );
         let x = random_activations(m, k);
-        for bps in [1, 2] {
-            let mut kernel = PortableBlockFp8::new(&target.build_ctx(&cfg, &KernelOptions::none()))
+        // One and two resident blocks per SM for the device, and the automatic choice
+        // compiled from sm_89 PTX (the code an L4 / L40S runs, JIT-compiled here).
+        for (bps, code) in [(Some(1), None), (Some(2), None), (None, Some(SM89))] {
+            let options = code.map_or(KernelOptions::none(), |c| {
+                KernelOptions::none().compile_for(c)
+            });
+            let mut kernel = PortableBlockFp8::new(&target.build_ctx(&cfg, &options))
                 .unwrap_or_else(|e| panic!("{e}"));
-            kernel.force_blocks_per_sm(Some(bps));
+            kernel.force_blocks_per_sm(bps);
             kernel.process_weights(&weights).unwrap();
             for mt in [1, 2, 4] {
                 for splits in [Some(1), Some(3), None] {
@@ -100,8 +109,10 @@ fn portable_every_tile_and_split() {
                     let want = block_reference_rows(&aq, &as_, &w, &ws, n, k, &rows);
                     let c = compare(&got, &want, n, tol);
                     let what = format!(
-                        "M={m} N={n} K={k} {input} BM={} splits={splits:?} blocks/SM={bps}",
-                        32 * mt
+                        "M={m} N={n} K={k} {input} BM={} splits={splits:?} blocks/SM={bps:?} \
+                         code={}",
+                        32 * mt,
+                        code.map_or("device".to_string(), |c| c.to_string())
                     );
                     eprintln!("  portable {what}: {}", c.summary());
                     if !c.ok() {

@@ -1,6 +1,7 @@
-//! The one conversion from the CUDA layer's typed errors to kernel errors.
+//! The one conversion from the CUDA layer's typed errors to kernel errors, and the one check
+//! of a `compile_for` target.
 
-use fp8_linear_core::KernelError;
+use fp8_linear_core::{Capability, KernelError, Unsupported};
 use fp8_linear_cuda::CudaError;
 
 /// Maps a CUDA-layer error to a kernel error naming the kernel ([`KernelError::Backend`],
@@ -15,5 +16,24 @@ pub fn be_at(kernel: &'static str, m: usize) -> impl Fn(CudaError) -> KernelErro
     move |e| match e {
         CudaError::Capturing { what } => KernelError::NotPrepared { kernel, m, what },
         e => KernelError::backend(kernel, e),
+    }
+}
+
+/// A `compile_for` target `cap` for `kernel`, which needs at least `min` (`needs` says
+/// what, e.g. "the Marlin kernel needs compute capability 8.0 or newer"):
+/// [`KernelError::Unsupported`] naming the capability when it is older.
+pub fn compile_target(
+    kernel: &'static str,
+    cap: Capability,
+    min: Capability,
+    needs: &'static str,
+) -> Result<Capability, KernelError> {
+    if cap.at_least(min) {
+        Ok(cap)
+    } else {
+        Err(KernelError::Unsupported {
+            kernel,
+            reason: Unsupported::new(needs).with("capability", cap.as_number() as u64),
+        })
     }
 }

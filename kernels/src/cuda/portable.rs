@@ -10,15 +10,15 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, PushKernelArg};
 use fp8_linear_core::{
-    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
-    Unsupported,
+    fp8_kernel, BuildCtx, Capability, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
+    TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{CudaError, Gpu};
 
 use super::block::{block_checks, row_major, weight_block, ActLayout, BlockLayer, Blocks};
 use super::dtype::float_index;
-use super::error::{be, be_at};
+use super::error::{be, be_at, compile_target};
 use super::launch::{grid, launch, per_float};
 use super::layer::GpuLayer;
 use super::scratch::Scratch;
@@ -35,6 +35,7 @@ pub struct PortableBlockFp8 {
     layer: GpuLayer<State>,
     forced: (Option<u32>, Option<usize>),
     blocks_per_sm: Option<u32>,
+    target: Option<Capability>,
 }
 
 /// One compiled tile configuration.
@@ -58,13 +59,24 @@ struct State {
 
 impl PortableBlockFp8 {
     /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
-    /// `process_weights`).
+    /// `process_weights`). The options' `compile_for` picks an older target (see
+    /// [`PortableBlockFp8::compile_for`]).
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(PortableBlockFp8 {
             layer: GpuLayer::new(NAME, ctx)?,
             forced: (None, None),
             blocks_per_sm: None,
+            target: ctx.options().compile_for.map(fp8_mma_target).transpose()?,
         })
+    }
+
+    /// Compiles the kernel for an older compute capability than the device's (8.9 on an
+    /// H200, to run the code an L4 / L40S / RTX 4090 runs): NVRTC emits PTX for
+    /// `compute_XY` and the driver compiles it for the device at load. Call before
+    /// `process_weights`. Capabilities below 8.9 are refused (FP8 `mma.sync` needs sm_89).
+    pub fn compile_for(&mut self, cap: Capability) -> Result<(), KernelError> {
+        self.target = Some(fp8_mma_target(cap)?);
+        Ok(())
     }
 
     /// Forces the resident blocks per SM every tile variant is built for (1 or 2; more is
@@ -80,6 +92,12 @@ impl PortableBlockFp8 {
     pub fn force_launch(&mut self, mt: Option<u32>, splits: Option<usize>) {
         self.forced = (mt, splits);
     }
+}
+
+/// `cap` as a compile target: FP8 `mma.sync` needs 8.9 or newer.
+fn fp8_mma_target(cap: Capability) -> Result<Capability, KernelError> {
+    let needs = "the portable kernel needs compute capability 8.9 or newer (FP8 mma.sync)";
+    compile_target(NAME, cap, Capability::new(8, 9), needs)
 }
 
 /// Shared memory the system reserves per resident block.
@@ -105,21 +123,15 @@ pub fn occupancy(mt: u32, optin: u32, forced: Option<u32>) -> (u32, u32) {
 /// stages of [`occupancy`].
 fn load_variant(
     gpu: &Arc<Gpu>,
-    mt: u32,
-    optin: u32,
+    (mt, optin): (u32, u32),
     forced: Option<u32>,
     block: (usize, usize),
+    target: Option<Capability>,
 ) -> Result<Variant, KernelError> {
     let (blocks_per_sm, stages) = occupancy(mt, optin, forced);
     let smem = stages * (32 * mt + 128) * 128;
-    let (module, _) = gpu
-        .module(&sources::block_gemm_module(
-            mt,
-            stages,
-            blocks_per_sm,
-            block,
-        ))
-        .map_err(be(NAME))?;
+    let spec = sources::block_gemm_module(mt, stages, blocks_per_sm, block);
+    let (module, _) = gpu.module_for(&spec, target).map_err(be(NAME))?;
     Ok(Variant {
         mt,
         stages,
@@ -156,10 +168,10 @@ impl Fp8Kernel for PortableBlockFp8 {
         )?;
         let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
         let scale_block = weight_block(config);
-        let forced = self.blocks_per_sm;
+        let (forced, target) = (self.blocks_per_sm, self.target);
         let variants = [1, 2, 4]
             .into_iter()
-            .map(|mt| load_variant(gpu, mt, optin, forced, scale_block))
+            .map(|mt| load_variant(gpu, (mt, optin), forced, scale_block, target))
             .collect::<Result<Vec<_>, _>>()?;
         self.layer.set(State {
             block,

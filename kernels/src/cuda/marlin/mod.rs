@@ -35,7 +35,7 @@ use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{function_with_shared_memory, DeviceBuffer, Gpu};
 
 use super::device_io::{device_io, download};
-use super::error::{be, be_at};
+use super::error::{be, be_at, compile_target};
 use super::launch::{grid, launch};
 use super::layer::GpuLayer;
 use super::scratch::Scratch;
@@ -144,14 +144,8 @@ impl MarlinFp8 {
     /// compiles it for the device at load. Call before `process_weights`. Capabilities below
     /// 8.0 are refused (bf16 mma and `fma.bf16x2` need sm_80).
     pub fn compile_for(&mut self, cap: Capability) -> Result<(), KernelError> {
-        if !cap.at_least(Capability::new(8, 0)) {
-            return Err(KernelError::Unsupported {
-                kernel: NAME,
-                reason: Unsupported::new("the Marlin kernel needs compute capability 8.0 or newer")
-                    .with("capability", cap.as_number() as u64),
-            });
-        }
-        self.target = Some(cap);
+        let needs = "the Marlin kernel needs compute capability 8.0 or newer";
+        self.target = Some(compile_target(NAME, cap, Capability::new(8, 0), needs)?);
         Ok(())
     }
 
