@@ -69,15 +69,27 @@ const MODULES: [Module; 4] = [
         mt: 2,
         stages: 3,
         block_rows: 128,
-        calls: &[Call {
-            n: 130,
-            k: 520,
-            m: 50,
-            splits: 2,
-            out: DType::F32,
-            bias: true,
-            zero_blocks: true,
-        }],
+        calls: &[
+            Call {
+                n: 130,
+                k: 520,
+                m: 50,
+                splits: 2,
+                out: DType::F32,
+                bias: true,
+                zero_blocks: true,
+            },
+            // Split tiles on a 3 x 2 grid: each tile's own counter and sums.
+            Call {
+                n: 260,
+                k: 640,
+                m: 70,
+                splits: 2,
+                out: DType::F16,
+                bias: true,
+                zero_blocks: false,
+            },
+        ],
     },
     Module {
         mt: 4,
@@ -220,9 +232,9 @@ fn the_portable_kernel_source_runs_on_the_host_model() {
     );
 }
 
-/// The 2- and 4-stage pipelines under the thread sanitizer: a shared-memory access that no
-/// barrier orders against another thread's is reported.
+/// The 2-, 3- and 4-stage pipelines and the split-K reduction under the thread sanitizer: a
+/// shared-memory access that no barrier orders against another thread's is reported.
 #[test]
 fn the_portable_kernel_has_no_shared_memory_race() {
-    run_modules("thread", "portable-tsan", &[0, 2], 1);
+    run_modules("thread", "portable-tsan", &[0, 1, 2], 1);
 }
