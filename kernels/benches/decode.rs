@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::{
-    capture, flushed_median, hopper_or_skip, random_codes, random_scales, weights_for, Flush,
-    ReadOnce,
+    capture, flushed_median, hopper_or_skip, random_codes, random_scales, rel_diff, weights_for,
+    Flush, ReadOnce,
 };
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{CublasLtBlockFp8, DecodeBlockFp8, HopperBlockFp8};
@@ -59,19 +59,6 @@ const SWEEP: [Kernel; 5] = [
     ("Dec-s8", &DecodeBlockFp8::ENTRY, Some(8)),
     ("Dec-s16", &DecodeBlockFp8::ENTRY, Some(16)),
 ];
-
-fn rel_diff(a: &[bf16], b: &[bf16]) -> f64 {
-    if a.iter().any(|v| v.is_nan()) {
-        return f64::NAN;
-    }
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (x.to_f64(), y.to_f64());
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    (num / den.max(1e-300)).sqrt()
-}
 
 /// Plain and graph-replay median microseconds of `kernel.apply` at every M of [`MS`], and
 /// the outputs of the plain calls.

@@ -26,14 +26,7 @@ use common::mma_peak::MmaPeak;
 use common::{median, random_codes, random_scales, runs_on, weights_for};
 
 const MS: [usize; 6] = [1, 16, 64, 128, 512, 4096];
-const SHAPES: [(usize, usize); 6] = [
-    (4096, 7168),
-    (7168, 2048),
-    (2112, 7168),
-    (24576, 1536),
-    (7168, 16384),
-    (18432, 7168),
-];
+const SHAPES: [(usize, usize); 6] = common::DEEPSEEK_SHAPES;
 const FLUSH_BYTES: usize = 64 << 20;
 
 /// Per (kernel, shape, M): median microseconds.

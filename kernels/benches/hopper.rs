@@ -16,7 +16,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{flushed_median, hopper_or_skip, random_codes, Flush};
+use common::{flushed_median, hopper_or_skip, random_codes, rel_diff, Flush};
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8};
 use fp8_linear::{
@@ -27,14 +27,7 @@ use half::bf16;
 use rand::Rng;
 
 const MS: [usize; 6] = [1, 16, 64, 128, 512, 4096];
-const SHAPES: [(usize, usize); 6] = [
-    (4096, 7168),
-    (7168, 2048),
-    (2112, 7168),
-    (24576, 1536),
-    (7168, 16384),
-    (18432, 7168),
-];
+const SHAPES: [(usize, usize); 6] = common::DEEPSEEK_SHAPES;
 /// (label, kernel, the build options' `max_splits` and `tile_rows`)
 type Bench = (&'static str, &'static KernelEntry, Option<u16>, Option<u16>);
 const KERNELS: [Bench; 6] = [
@@ -65,19 +58,6 @@ fn time_apply(
             .apply(&x.tensor([m, k]), &mut out.tensor_mut([m, n]))
             .map_err(|e| e.to_string())
     })
-}
-
-fn rel_diff(a: &[bf16], b: &[bf16]) -> f64 {
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (x.to_f64(), y.to_f64());
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    if a.iter().any(|v| v.is_nan()) {
-        return f64::NAN;
-    }
-    (num / den.max(1e-300)).sqrt()
 }
 
 fn main() {

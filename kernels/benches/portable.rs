@@ -19,25 +19,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::mma_peak::MmaPeak;
-use common::{flushed_median, gpu_or_skip, random_codes, random_scales, Flush};
+use common::{
+    flushed_median, gpu_or_skip, random_codes, random_scales, rel_diff, weights_for, Flush,
+};
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{CublasLtBlockFp8, PortableBlockFp8};
 use fp8_linear::{
     BuildCtx, DType, Fp8Kernel, KernelOptions, LayerConfig, LayerWeights, Registered, Target,
-    Tensor,
 };
 use half::bf16;
 use rand::Rng;
 
 const MS: [usize; 7] = [1, 4, 16, 64, 128, 512, 4096];
-const SHAPES: [(usize, usize); 6] = [
-    (4096, 7168),
-    (7168, 2048),
-    (2112, 7168),
-    (24576, 1536),
-    (7168, 16384),
-    (18432, 7168),
-];
+const SHAPES: [(usize, usize); 6] = common::DEEPSEEK_SHAPES;
 const SWEEP_MS: [usize; 5] = [4, 16, 64, 128, 512];
 const WARMUP: usize = 3;
 const SAMPLES: usize = 25;
@@ -69,19 +63,6 @@ fn time_apply(
     Ok((t, host[..m * n].to_vec()))
 }
 
-fn rel_diff(a: &[bf16], b: &[bf16]) -> f64 {
-    if a.iter().any(|v| !v.is_finite()) {
-        return f64::NAN;
-    }
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (x.to_f64(), y.to_f64());
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    (num / den.max(1e-300)).sqrt()
-}
-
 fn main() {
     let Some(gpu) = gpu_or_skip() else {
         return;
@@ -111,13 +92,7 @@ fn main() {
         let x = DeviceBuffer::from_host(&gpu, &xh).expect("upload x");
         let mut out = DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out");
         let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
-        let weights = LayerWeights {
-            weight: Tensor::fp8(&codes, [n, k]),
-            weight_scale: Tensor::f32(&scales, [n.div_ceil(128), k.div_ceil(128)]),
-            input_scale: None,
-            input_scale_ub: None,
-            bias: None,
-        };
+        let weights = weights_for(&cfg, &codes, &scales, &[]);
         let options = KernelOptions::none();
         let ctx = target.build_ctx(&cfg, &options);
         let mut lt_out: BTreeMap<usize, Vec<bf16>> = BTreeMap::new();

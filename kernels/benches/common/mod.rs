@@ -17,7 +17,33 @@ use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu, ModuleSpec}
 use fp8_linear::{
     Capability, Fp8Kernel, KernelEntry, KernelError, LayerConfig, LayerWeights, Tensor,
 };
+use half::bf16;
 use rand::{Rng, RngCore};
+
+/// The (N, K) of the six DeepSeek-V3 layers the prefill benches run (gpu, hopper, portable).
+pub const DEEPSEEK_SHAPES: [(usize, usize); 6] = [
+    (4096, 7168),
+    (7168, 2048),
+    (2112, 7168),
+    (24576, 1536),
+    (7168, 16384),
+    (18432, 7168),
+];
+
+/// The relative Frobenius difference ||a - b|| / ||b|| of two bf16 outputs; NaN when `a`
+/// holds a value that is not finite.
+pub fn rel_diff(a: &[bf16], b: &[bf16]) -> f64 {
+    if a.iter().any(|v| !v.is_finite()) {
+        return f64::NAN;
+    }
+    let (mut num, mut den) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (x.to_f64(), y.to_f64());
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    (num / den.max(1e-300)).sqrt()
+}
 
 /// A built kernel with `weights` processed: the kernel ready to time, or the first error.
 pub fn loaded(

@@ -365,25 +365,28 @@ mod tests {
 
     #[test]
     fn launch_plan_follows_the_h200_sweep() {
-        // (gn, M, kb) -> (tile rows, splits): the sweep's best on 4096x7168 and 7168x2048.
-        let plan = |gn, m, kb| {
+        // (gn, M, kb) -> (tile rows, splits): the sweep's best on 4096x7168 (gn 32, kb 56)
+        // and 7168x2048 (gn 56, kb 16); a grid that fills the GPU is never split, a 1-tile
+        // K never.
+        let cases = [
+            ((32, 4, 56), (32, 8)),
+            ((32, 16, 56), (32, 8)),
+            ((32, 64, 56), (32, 4)),
+            ((32, 128, 56), (32, 2)),
+            ((32, 512, 56), (64, 1)),
+            ((32, 4096, 56), (128, 1)),
+            ((56, 4, 16), (32, 4)),
+            ((56, 16, 16), (32, 4)),
+            ((56, 64, 16), (32, 1)),
+            ((56, 128, 16), (32, 1)),
+            ((56, 512, 16), (128, 1)),
+            ((144, 16, 56), (32, 1)),
+            ((1, 1, 1), (32, 1)),
+        ];
+        for ((gn, m, kb), want) in cases {
             let (v, s) = plan_launch(&H200, gn, m, kb);
-            (32 << v, s)
-        };
-        assert_eq!(plan(32, 4, 56), (32, 8));
-        assert_eq!(plan(32, 16, 56), (32, 8));
-        assert_eq!(plan(32, 64, 56), (32, 4));
-        assert_eq!(plan(32, 128, 56), (32, 2));
-        assert_eq!(plan(32, 512, 56), (64, 1));
-        assert_eq!(plan(32, 4096, 56), (128, 1));
-        assert_eq!(plan(56, 4, 16), (32, 4));
-        assert_eq!(plan(56, 16, 16), (32, 4));
-        assert_eq!(plan(56, 64, 16), (32, 1));
-        assert_eq!(plan(56, 128, 16), (32, 1));
-        assert_eq!(plan(56, 512, 16), (128, 1));
-        // A grid that fills the GPU is never split; a 1-tile K never.
-        assert_eq!(plan(144, 16, 56), (32, 1));
-        assert_eq!(plan(1, 1, 1), (32, 1));
+            assert_eq!((32 << v, s), want, "gn {gn}, M {m}, kb {kb}");
+        }
     }
 
     #[test]
