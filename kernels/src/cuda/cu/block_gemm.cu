@@ -218,9 +218,10 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
     }
     cp_async_wait<0>();
 
-    // Calls f(v, row, column) for each pair of columns (c, c + 1) this thread holds in row
-    // r < M with c < N, v = the pair's two accumulators (the second past N when c + 1 == N).
-    auto each_pair = [&](auto&& f) {
+    // Element e of (mt, nt): row m0 + wm * WM + mt * 16 + g + 8 * (e >> 1), column
+    // n0 + wn * 32 + nt * 8 + 2 * t + (e & 1).
+    if (gridDim.z > 1) {
+        __shared__ u32 last;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -230,32 +231,63 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
                     const int c = n0 + wn * 32 + nt * 8 + t * 2;
-                    if (c < N) f(&acc[mt][nt][h * 2], r, c);
+                    const long long idx = (long long)r * N + c;
+                    if (c < N) atomicAdd(ws + idx, acc[mt][nt][h * 2]);
+                    if (c + 1 < N) atomicAdd(ws + idx + 1, acc[mt][nt][h * 2 + 1]);
                 }
             }
-    };
-    if (gridDim.z > 1) {
-        each_pair([&](float* v, int r, int c) {
-            const long long idx = (long long)r * N + c;
-            atomicAdd(ws + idx, v[0]);
-            if (c + 1 < N) atomicAdd(ws + idx + 1, v[1]);
-        });
-        if (!last_split(counters, blockIdx.y * gridDim.x + blockIdx.x, gridDim.z)) return;
-        // The tile's sums, read from L2; zeros back for the next call.
-        each_pair([&](float* v, int r, int c) {
-            const long long idx = (long long)r * N + c;
-            for (int j = 0; j < 2 && c + j < N; ++j) {
-                v[j] = __ldcg(ws + idx + j);
-                __stcg(ws + idx + j, 0.0f);
+        // One lane publishes the block's additions (ordered before it by the barrier; the
+        // fence is cumulative) and, in the last split, acquires the others' before the
+        // barrier.
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            const u32 tile = blockIdx.y * gridDim.x + blockIdx.x;
+            last = atomicAdd(&counters[tile], 1u) == gridDim.z - 1;
+            if (last) {
+                __threadfence();
+                counters[tile] = 0;  // ready for the next call on the stream
             }
-        });
+        }
+        __syncthreads();
+        if (!last) return;
+        // The tile's sums, read from L2; zeros back for the next call.
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + wm * WM + mt * 16 + g + h * 8;
+                if (r >= M) continue;
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    const int c = n0 + wn * 32 + nt * 8 + t * 2;
+                    const long long idx = (long long)r * N + c;
+#pragma unroll
+                    for (int j = 0; j < 2; ++j)
+                        if (c + j < N) {
+                            acc[mt][nt][h * 2 + j] = __ldcg(ws + idx + j);
+                            __stcg(ws + idx + j, 0.0f);
+                        }
+                }
+            }
     }
-    each_pair([&](float* v, int r, int c) {
-        const bool both = c + 1 < N;
-        float v0 = v[0], v1 = v[1];
-        if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
-        store2<OUT>(out, (long long)r * N + c, v0, v1, both, (N & 1) == 0);
-    });
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = m0 + wm * WM + mt * 16 + g + h * 8;
+            if (r >= M) continue;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                const int c = n0 + wn * 32 + nt * 8 + t * 2;
+                if (c >= N) continue;
+                const bool both = c + 1 < N;
+                float v0 = acc[mt][nt][h * 2], v1 = acc[mt][nt][h * 2 + 1];
+                if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
+                store2<OUT>(out, (long long)r * N + c, v0, v1, both, (N & 1) == 0);
+            }
+        }
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)

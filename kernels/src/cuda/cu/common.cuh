@@ -159,26 +159,6 @@ __device__ __forceinline__ void mma_e4m3(float* c, const u32* a, const u32* b) {
 
 // Stores v0 (and v1 at idx + 1 when `both`) at element idx of an output of dtype OUT
 // (0 = f32, 1 = f16, 2 = bf16); one vector store when `pair_ok` (idx even, aligned).
-// Split K: whether this block is the last of the `splits` blocks of output tile `tile` to
-// finish, by an atomic counter per tile that is zero between calls (the last block resets
-// it). Every thread calls it after its part of the block's results is in global memory; one
-// lane publishes them (ordered before it by the barrier; the fence is cumulative) and, in
-// the last block, acquires the other blocks' before the second barrier.
-__device__ __forceinline__ bool last_split(u32* counters, u32 tile, u32 splits) {
-    __shared__ u32 last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        last = atomicAdd(&counters[tile], 1u) == splits - 1;
-        if (last) {
-            __threadfence();
-            counters[tile] = 0;  // ready for the next call on the stream
-        }
-    }
-    __syncthreads();
-    return last;
-}
-
 template <int OUT>
 __device__ __forceinline__ void store2(void* out, long long idx, float v0, float v1, bool both,
                                        bool pair_ok) {

@@ -128,6 +128,7 @@ __device__ void decode_gemm(const InE* __restrict__ x, const u8* __restrict__ W,
                             u32* __restrict__ counters, int M, int N, int K, int kbps, int splits,
                             int vec, int ue8m0) {
     extern __shared__ __align__(16) u8 dsm[];
+    __shared__ u32 last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x, split = blockIdx.y;
@@ -206,7 +207,16 @@ __device__ void decode_gemm(const InE* __restrict__ x, const u8* __restrict__ W,
                 const int n = e < 2 ? n_g : n_g8, m = 8 * nt + 2 * t + (e & 1);
                 if (n < N && m < M) __stcg(mine + (long long)m * N + n, acc[nt][e]);
             }
-        if (!last_split(counters, tile, splits)) return;
+        // One lane publishes the CTA's stores (ordered before it by the barrier; the fence
+        // is cumulative) and, in the last split, acquires the others' before the barrier.
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            last = atomicAdd(&counters[tile], 1u) == (u32)(splits - 1);
+            if (last) __threadfence();
+        }
+        __syncthreads();
+        if (!last) return;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -218,6 +228,7 @@ __device__ void decode_gemm(const InE* __restrict__ x, const u8* __restrict__ W,
                     v += s == split ? acc[nt][e] : __ldcg(part + ((long long)s * M + m) * N + n);
                 acc[nt][e] = v;
             }
+        if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next call on the stream
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
