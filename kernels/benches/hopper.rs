@@ -14,14 +14,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use common::{flushed_median, hopper_or_skip, random_codes, rel_diff, Flush};
-use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
+use common::{apply_median, hopper_or_skip, random_codes, rel_diff, Flush, SAMPLES};
+use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer};
 use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8};
 use fp8_linear::{
-    DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Registered, Target,
-    Tensor,
+    DType, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Registered, Target, Tensor,
 };
 use half::bf16;
 use rand::Rng;
@@ -38,28 +36,6 @@ const KERNELS: [Bench; 6] = [
     ("Hopper-192", &HopperBlockFp8::ENTRY, None, Some(192)),
     ("Hopper-256", &HopperBlockFp8::ENTRY, None, Some(256)),
 ];
-const WARMUP: usize = 3;
-const SAMPLES: usize = 25;
-/// Median microseconds of `kernel.apply` on `[m, k]` activations.
-#[allow(clippy::too_many_arguments)]
-fn time_apply(
-    gpu: &Arc<Gpu>,
-    timer: &EventTimer,
-    flush: &Flush,
-    kernel: &mut dyn Fp8Kernel,
-    x: &DeviceBuffer<bf16>,
-    out: &mut DeviceBuffer<bf16>,
-    m: usize,
-    nk: (usize, usize),
-) -> Result<f64, String> {
-    let (n, k) = nk;
-    flushed_median(gpu, timer, flush, (WARMUP, SAMPLES), || {
-        kernel
-            .apply(&x.tensor([m, k]), &mut out.tensor_mut([m, n]))
-            .map_err(|e| e.to_string())
-    })
-}
-
 fn main() {
     let Some(gpu) = hopper_or_skip("the Hopper bench") else {
         return;
@@ -111,15 +87,14 @@ fn main() {
                 if tile_rows.is_some() && m < 128 {
                     continue;
                 }
-                let r = time_apply(
+                let r = apply_median(
                     &gpu,
                     &timer,
                     &flush,
                     kernel.as_mut(),
                     &x,
                     &mut out,
-                    m,
-                    (n, k),
+                    (m, n, k),
                 );
                 match r {
                     Ok(t) => {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use common::mma_peak::MmaPeak;
 use common::{
-    flushed_median, gpu_or_skip, random_codes, random_scales, rel_diff, weights_for, Flush,
+    apply_median, gpu_or_skip, random_codes, random_scales, rel_diff, weights_for, Flush, SAMPLES,
 };
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{CublasLtBlockFp8, PortableBlockFp8};
@@ -33,8 +33,6 @@ use rand::Rng;
 const MS: [usize; 7] = [1, 4, 16, 64, 128, 512, 4096];
 const SHAPES: [(usize, usize); 6] = common::DEEPSEEK_SHAPES;
 const SWEEP_MS: [usize; 5] = [4, 16, 64, 128, 512];
-const WARMUP: usize = 3;
-const SAMPLES: usize = 25;
 
 /// The kernels of the run: (label, forced blocks per SM); `None` is cuBLASLt.
 const KERNELS: [(&str, Option<Option<u32>>); 4] = [
@@ -44,23 +42,10 @@ const KERNELS: [(&str, Option<Option<u32>>); 4] = [
     ("P-b2", Some(Some(2))),
 ];
 
-/// Times `apply` on `[m, k]` rows; returns the median microseconds and the output.
-fn time_apply(
-    gpu: &Arc<Gpu>,
-    timer: &EventTimer,
-    flush: &Flush,
-    kernel: &mut dyn Fp8Kernel,
-    x: &DeviceBuffer<bf16>,
-    out: &mut DeviceBuffer<bf16>,
-    (m, n, k): (usize, usize, usize),
-) -> Result<(f64, Vec<bf16>), String> {
-    let t = flushed_median(gpu, timer, flush, (WARMUP, SAMPLES), || {
-        kernel
-            .apply(&x.tensor([m, k]), &mut out.tensor_mut([m, n]))
-            .map_err(|e| e.to_string())
-    })?;
+/// The first `len` elements of `out` on the host.
+fn head(out: &DeviceBuffer<bf16>, len: usize) -> Result<Vec<bf16>, String> {
     let host = out.to_host().map_err(|e| e.to_string())?;
-    Ok((t, host[..m * n].to_vec()))
+    Ok(host[..len].to_vec())
 }
 
 fn main() {
@@ -112,7 +97,7 @@ fn main() {
                 }
             };
             for m in MS {
-                match time_apply(
+                let timed = apply_median(
                     &gpu,
                     &timer,
                     &flush,
@@ -120,7 +105,8 @@ fn main() {
                     &x,
                     &mut out,
                     (m, n, k),
-                ) {
+                );
+                match timed.and_then(|t| Ok((t, head(&out, m * n)?))) {
                     Ok((t, host)) => {
                         us.insert((label.to_string(), n, k, m), t);
                         if label == "LtBlk" {
@@ -233,8 +219,8 @@ fn sweep_shape(
         for mt in [1u32, 2, 4] {
             for s in [1usize, 2, 4, 8, 16] {
                 p.force_launch(Some(mt), Some(s));
-                line += &match time_apply(gpu, timer, flush, &mut p, x, out, (m, n, k)) {
-                    Ok((t, _)) => format!(" {t:>7.1}"),
+                line += &match apply_median(gpu, timer, flush, &mut p, x, out, (m, n, k)) {
+                    Ok(t) => format!(" {t:>7.1}"),
                     Err(_) => format!(" {:>7}", "err"),
                 };
             }

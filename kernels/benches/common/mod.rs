@@ -216,6 +216,29 @@ pub fn flushed_median(
     Ok(median(&mut us))
 }
 
+/// Untimed calls before the samples of [`apply_median`].
+pub const WARMUP: usize = 3;
+/// Timed calls of [`apply_median`].
+pub const SAMPLES: usize = 25;
+
+/// The median microseconds of `kernel.apply` on `[m, k]` bf16 rows of `x` into `[m, n]` of
+/// `out` ([`flushed_median`] of [`SAMPLES`] calls after [`WARMUP`]).
+pub fn apply_median(
+    gpu: &Gpu,
+    timer: &EventTimer,
+    flush: &Flush,
+    kernel: &mut dyn Fp8Kernel,
+    x: &DeviceBuffer<bf16>,
+    out: &mut DeviceBuffer<bf16>,
+    (m, n, k): (usize, usize, usize),
+) -> Result<f64, String> {
+    flushed_median(gpu, timer, flush, (WARMUP, SAMPLES), || {
+        kernel
+            .apply(&x.tensor([m, k]), &mut out.tensor_mut([m, n]))
+            .map_err(|e| e.to_string())
+    })
+}
+
 const READ_ONCE_SRC: &str = r#"
 // Reads n 16-byte words once, grid-stride, U independent loads in flight per thread.
 template <int U>
