@@ -14,7 +14,7 @@ Prints, per kernel, the counts of QMMA, HMMA, F2FP, LDSM, LDGSTS, BAR and LDL/ST
 """
 import ctypes, os, re, subprocess, sys, tempfile
 
-COUNTED = ["QMMA", "HMMA", "F2FP", "LDSM", "LDGSTS", "BAR", "LDL|STL"]
+COUNTED = ["QGMMA", "WARPGROUP.DEPBAR", "QMMA", "HMMA", "F2FP", "LDSM", "LDGSTS", "BAR", "LDL|STL"]
 
 
 def main():
@@ -34,7 +34,7 @@ def main():
     log = ctypes.create_string_buffer(n.value)
     lib.nvrtcGetProgramLog(prog, log)
     for line in log.value.decode().splitlines():
-        if re.search(r"Compiling entry|registers|spill|error", line):
+        if re.search(r"Compiling entry|registers|spill|error|warning|Performance|wgmma", line):
             print(line.strip())
     if rc != 0:
         sys.exit(f"NVRTC failed ({rc})")

@@ -12,6 +12,9 @@ pub const ENV_COMPILE_FOR: &str = "FP8_LINEAR_COMPILE_FOR";
 /// Environment variable fixing the row height of the output tiles, for kernels that choose
 /// one per call (the Hopper kernel: 64, 128, 192 or 256).
 pub const ENV_TILE_ROWS: &str = "FP8_LINEAR_TILE_ROWS";
+/// Environment variable fixing the thread-block cluster size, for kernels that share tiles
+/// across a cluster (the Hopper kernel: 1 or 2).
+pub const ENV_CLUSTER: &str = "FP8_LINEAR_CLUSTER";
 
 /// Tuning knobs kernels read from their build context. `Default` is every kernel's own
 /// choice.
@@ -27,6 +30,11 @@ pub struct KernelOptions {
     /// kernel: 64, 128, 192 or 256); None lets the kernel choose by M. A kernel that cannot use
     /// the height refuses to build, naming the heights it has.
     pub tile_rows: Option<u16>,
+    /// CTAs per thread-block cluster for kernels that share a tile across one (the Hopper
+    /// kernel: 2 loads each weight tile once for two vertically adjacent output tiles and
+    /// multicasts it; 1 never clusters); None is the kernel's default (the Hopper kernel: 1).
+    /// A kernel that cannot use the size refuses to build, naming the sizes it has.
+    pub cluster: Option<u16>,
 }
 
 /// A bad value in an options environment variable.
@@ -47,8 +55,8 @@ impl KernelOptions {
         KernelOptions::default()
     }
 
-    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`] and [`ENV_TILE_ROWS`]; unset or empty
-    /// variables keep the default, bad values are errors.
+    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`], [`ENV_TILE_ROWS`] and [`ENV_CLUSTER`];
+    /// unset or empty variables keep the default, bad values are errors.
     pub fn from_env() -> Result<Self, OptionsError> {
         Self::from_vars(env)
     }
@@ -56,19 +64,36 @@ impl KernelOptions {
     /// [`KernelOptions::from_env`] over `env`, which returns a variable's trimmed, non-empty
     /// value.
     fn from_vars(env: impl Fn(&str) -> Option<String>) -> Result<Self, OptionsError> {
-        let mut o = KernelOptions::default();
-        if let Some(v) = env(ENV_MAX_SPLITS) {
-            o.max_splits = Some(match v.parse::<u16>() {
-                Ok(s @ 1..=16) => s,
-                _ => {
-                    return Err(OptionsError {
-                        var: ENV_MAX_SPLITS,
+        // A u16 variable within `range`, else an error saying what it must be.
+        let number = |var: &'static str,
+                      range: std::ops::RangeInclusive<u16>,
+                      expected: &'static str|
+         -> Result<Option<u16>, OptionsError> {
+            env(var)
+                .map(|v| match v.parse::<u16>() {
+                    Ok(n) if range.contains(&n) => Ok(n),
+                    _ => Err(OptionsError {
+                        var,
                         value: v,
-                        expected: "an integer from 1 to 16",
-                    })
-                }
-            });
-        }
+                        expected,
+                    }),
+                })
+                .transpose()
+        };
+        let mut o = KernelOptions {
+            max_splits: number(ENV_MAX_SPLITS, 1..=16, "an integer from 1 to 16")?,
+            tile_rows: number(
+                ENV_TILE_ROWS,
+                1..=u16::MAX,
+                "a positive integer (the Hopper kernel has 64, 128, 192 and 256)",
+            )?,
+            cluster: number(
+                ENV_CLUSTER,
+                1..=u16::MAX,
+                "a positive integer (the Hopper kernel has 1 and 2)",
+            )?,
+            ..KernelOptions::default()
+        };
         if let Some(v) = env(ENV_COMPILE_FOR) {
             o.compile_for = Some(crate::arch::parse_sm(&v).map(|(c, _)| c).ok_or(
                 OptionsError {
@@ -77,18 +102,6 @@ impl KernelOptions {
                     expected: "a compute capability such as sm80",
                 },
             )?);
-        }
-        if let Some(v) = env(ENV_TILE_ROWS) {
-            o.tile_rows = Some(match v.parse::<u16>() {
-                Ok(r @ 1..) => r,
-                _ => {
-                    return Err(OptionsError {
-                        var: ENV_TILE_ROWS,
-                        value: v,
-                        expected: "a positive integer (the Hopper kernel has 64, 128, 192 and 256)",
-                    })
-                }
-            });
         }
         Ok(o)
     }
@@ -102,6 +115,12 @@ impl KernelOptions {
     /// Fixes the output tiles' row height (for kernels that choose one).
     pub fn tile_rows(mut self, rows: u16) -> Self {
         self.tile_rows = Some(rows);
+        self
+    }
+
+    /// Fixes the thread-block cluster size (for kernels that share tiles across one).
+    pub fn cluster(mut self, ctas: u16) -> Self {
+        self.cluster = Some(ctas);
         self
     }
 
@@ -181,13 +200,26 @@ mod tests {
     #[test]
     fn knobs_parse_and_bad_values_name_the_variable() {
         assert_eq!(parse(&[]).unwrap(), KernelOptions::none());
-        let o = parse(&[(ENV_MAX_SPLITS, "4"), (ENV_TILE_ROWS, "256")]).unwrap();
-        assert_eq!(o, KernelOptions::none().max_splits(4).tile_rows(256));
+        let o = parse(&[
+            (ENV_MAX_SPLITS, "4"),
+            (ENV_TILE_ROWS, "256"),
+            (ENV_CLUSTER, "2"),
+        ])
+        .unwrap();
+        assert_eq!(
+            o,
+            KernelOptions::none()
+                .max_splits(4)
+                .tile_rows(256)
+                .cluster(2)
+        );
         for (var, value) in [
             (ENV_MAX_SPLITS, "0"),
             (ENV_MAX_SPLITS, "17"),
             (ENV_TILE_ROWS, "0"),
             (ENV_TILE_ROWS, "tall"),
+            (ENV_CLUSTER, "0"),
+            (ENV_CLUSTER, "pair"),
             (ENV_COMPILE_FOR, "sm_x"),
         ] {
             let e = parse(&[(var, value)]).unwrap_err();

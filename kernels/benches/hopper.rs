@@ -5,11 +5,13 @@
 //! 256 MiB buffer: it evicts L2 without leaving dirty lines, and keeps the GPU busy while
 //! `apply` is enqueued, so the events time device work alone. "Hopper-s1" is the same kernel
 //! with K splitting off (`KernelOptions::max_splits(1)`); "Hopper-128", "-192" and "-256"
-//! fix its tile height (`KernelOptions::tile_rows`; run from M = 128). Also checks the Hopper output against
+//! fix its tile height (`KernelOptions::tile_rows`; run from M = 128); "Hopper-c2" pairs
+//! CTAs along M in clusters of two that share the weight tile (`KernelOptions::cluster(2)`). Also checks the Hopper output against
 //! cuBLASLt's on every point (relative Frobenius difference). Prints "skipped" and exits 0
 //! without an sm_90 GPU; a compact summary table comes last.
 //!
-//! `cargo bench -p fp8-linear --bench hopper` (`FP8_BENCH_QUICK=1`: 2 shapes)
+//! `cargo bench -p fp8-linear --bench hopper` (`FP8_BENCH_QUICK=1`: 2 shapes;
+//! `HOPPER_BENCH_M=4096,64`: only these M, e.g. to profile one point with Nsight Compute)
 
 mod common;
 
@@ -26,15 +28,22 @@ use rand::Rng;
 
 const MS: [usize; 6] = [1, 16, 64, 128, 512, 4096];
 const SHAPES: [(usize, usize); 6] = common::DEEPSEEK_SHAPES;
-/// (label, kernel, the build options' `max_splits` and `tile_rows`)
-type Bench = (&'static str, &'static KernelEntry, Option<u16>, Option<u16>);
-const KERNELS: [Bench; 6] = [
-    ("LtBlk", &CublasLtBlockFp8::ENTRY, None, None),
-    ("Hopper", &HopperBlockFp8::ENTRY, None, None),
-    ("Hopper-s1", &HopperBlockFp8::ENTRY, Some(1), None),
-    ("Hopper-128", &HopperBlockFp8::ENTRY, None, Some(128)),
-    ("Hopper-192", &HopperBlockFp8::ENTRY, None, Some(192)),
-    ("Hopper-256", &HopperBlockFp8::ENTRY, None, Some(256)),
+/// (label, kernel, the build options' `max_splits`, `tile_rows` and `cluster`)
+type Bench = (
+    &'static str,
+    &'static KernelEntry,
+    Option<u16>,
+    Option<u16>,
+    Option<u16>,
+);
+const KERNELS: [Bench; 7] = [
+    ("LtBlk", &CublasLtBlockFp8::ENTRY, None, None, None),
+    ("Hopper", &HopperBlockFp8::ENTRY, None, None, None),
+    ("Hopper-s1", &HopperBlockFp8::ENTRY, Some(1), None, None),
+    ("Hopper-c2", &HopperBlockFp8::ENTRY, None, None, Some(2)),
+    ("Hopper-128", &HopperBlockFp8::ENTRY, None, Some(128), None),
+    ("Hopper-192", &HopperBlockFp8::ENTRY, None, Some(192), None),
+    ("Hopper-256", &HopperBlockFp8::ENTRY, None, Some(256), None),
 ];
 fn main() {
     let Some(gpu) = hopper_or_skip("the Hopper bench") else {
@@ -48,7 +57,18 @@ fn main() {
     // (kernel, n, k, m) -> us; (n, k, m) -> Hopper vs cuBLASLt difference.
     let mut us: BTreeMap<(&str, usize, usize, usize), f64> = BTreeMap::new();
     let mut diff: BTreeMap<(usize, usize, usize), f64> = BTreeMap::new();
-    let max_m = *MS.iter().max().unwrap();
+    let ms: Vec<usize> = match std::env::var("HOPPER_BENCH_M") {
+        Ok(v) => v
+            .split(',')
+            .map(|m| {
+                m.trim()
+                    .parse()
+                    .expect("HOPPER_BENCH_M: comma-separated row counts")
+            })
+            .collect(),
+        Err(_) => MS.to_vec(),
+    };
+    let max_m = *ms.iter().max().expect("at least one M");
     let mut rng = rand::rng();
     for &(n, k) in shapes {
         let codes = random_codes(n * k);
@@ -68,10 +88,11 @@ fn main() {
             input_scale_ub: None,
             bias: None,
         };
-        for (label, entry, max_splits, tile_rows) in KERNELS {
+        for (label, entry, max_splits, tile_rows, cluster) in KERNELS {
             let options = KernelOptions {
                 max_splits,
                 tile_rows,
+                cluster,
                 ..KernelOptions::none()
             };
             let built = entry.build(&target.build_ctx(&cfg, &options));
@@ -83,7 +104,7 @@ fn main() {
                 }
             };
             let mut out = DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out");
-            for m in MS {
+            for &m in &ms {
                 if tile_rows.is_some() && m < 128 {
                     continue;
                 }
@@ -108,7 +129,7 @@ fn main() {
                 }
             }
         }
-        for m in MS {
+        for &m in &ms {
             if let (Some(h), Some(l)) = (outs.get(&("Hopper", m)), outs.get(&("LtBlk", m))) {
                 diff.insert((n, k, m), rel_diff(h, l));
             }
@@ -123,12 +144,12 @@ fn main() {
          read at 4.3 TB/s over Hopper's time; diff = ||hopper - lt|| / ||lt||"
     );
     println!(
-        "{:>5} {:>11} | {:>7} | {:>7} {:>6} | {:>9} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>6} | {:>7}",
-        "M", "NxK", "LtBlk", "Hopper", "x", "Hopper-s1", "x", "Hopper-128", "x", "Hopper-192",
-        "x", "Hopper-256", "x", "floor%", "diff"
+        "{:>5} {:>11} | {:>7} | {:>7} {:>6} | {:>9} {:>6} | {:>9} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>6} | {:>7}",
+        "M", "NxK", "LtBlk", "Hopper", "x", "Hopper-s1", "x", "Hopper-c2", "x", "Hopper-128",
+        "x", "Hopper-192", "x", "Hopper-256", "x", "floor%", "diff"
     );
     for &(n, k) in shapes {
-        for m in MS {
+        for &m in &ms {
             let tf = |label: &str| {
                 us.get(&(label, n, k, m))
                     .map(|t| 2.0 * (m * n * k) as f64 / t / 1e6)
@@ -146,11 +167,12 @@ fn main() {
                 .map(|t| format!("{:>5.0}%", 100.0 * floor_us / t))
                 .unwrap_or_else(|| format!("{:>6}", "-"));
             println!(
-                "{m:>5} {:>11} | {:>7} | {} | {} | {} | {} | {} | {floor} | {:>7}",
+                "{m:>5} {:>11} | {:>7} | {} | {} | {} | {} | {} | {} | {floor} | {:>7}",
                 format!("{n}x{k}"),
                 lt.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into()),
                 cell("Hopper", 7),
                 cell("Hopper-s1", 9),
+                cell("Hopper-c2", 9),
                 cell("Hopper-128", 10),
                 cell("Hopper-192", 10),
                 cell("Hopper-256", 10),

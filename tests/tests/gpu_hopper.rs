@@ -284,7 +284,7 @@ fn every_tile_height_matches_the_reference() {
         ),
     ];
     let heights = [None, Some(64), Some(128), Some(192), Some(256)];
-    check_tile_heights(&gpu, &layers, &heights, &[1, 65, 200, 300]);
+    check_tile_heights(&gpu, &layers, &heights, &[None], &[1, 65, 200, 300]);
 }
 
 /// The tall tiles alone (192 and 256 rows), on one ragged layer: the small case the race
@@ -295,16 +295,49 @@ fn tall_tiles_match_the_reference() {
         return;
     };
     let layers = [LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16)];
-    check_tile_heights(&gpu, &layers, &[Some(192), Some(256)], &[65, 300]);
+    check_tile_heights(&gpu, &layers, &[Some(192), Some(256)], &[None], &[65, 300]);
 }
 
-/// Each layer x tile height (None: chosen per call) x K split cap (none, 1; tiles of more
-/// than 128 rows never split) x M: the result against the f64 reference, and a rerun
-/// bit-identical.
+/// The 128- and 256-row tiles with and without clusters of two CTAs sharing the weight
+/// tile (multicast): M of one tile row (no pair: the planner falls back to one CTA), of
+/// whole pairs, and of an odd count of tile rows (the last pair's second CTA has no rows and
+/// only keeps its side of the shared loads going), N not a multiple of 128, 64x64 ue8m0
+/// blocks, f32 output with bias.
+#[test]
+fn clustered_tiles_match_the_reference() {
+    let Some(gpu) = hopper("clustered_tiles_match_the_reference") else {
+        return;
+    };
+    let mut biased = LayerConfig::block(
+        1000,
+        2000,
+        (64, 64),
+        ScaleDtype::Ue8m0,
+        DType::Bf16,
+        DType::F32,
+    );
+    biased.bias = true;
+    let layers = [
+        LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16),
+        biased,
+    ];
+    check_tile_heights(
+        &gpu,
+        &layers,
+        &[Some(128), Some(256)],
+        &[Some(1), Some(2)],
+        &[100, 256, 300, 700],
+    );
+}
+
+/// Each layer x tile height (None: chosen per call) x cluster size (None: chosen per call)
+/// x K split cap (none, 1; tiles of more than 128 rows never split) x M: the result against
+/// the f64 reference, and a rerun bit-identical.
 fn check_tile_heights(
     gpu: &std::sync::Arc<fp8_linear::cuda::runtime::Gpu>,
     layers: &[LayerConfig],
     heights: &[Option<u16>],
+    clusters: &[Option<u16>],
     ms: &[usize],
 ) {
     let target = Target::from_gpu(gpu.clone());
@@ -313,7 +346,10 @@ fn check_tile_heights(
         let layer = HostLayer::random(cfg, WeightGen::Spread(3));
         let ref_cfg = HopperBlockFp8::ENTRY.reference_config(cfg);
         let tol = Tolerance::for_kernel(&HopperBlockFp8::ENTRY, cfg);
-        for &rows in heights {
+        for (&rows, &cluster) in heights
+            .iter()
+            .flat_map(|r| clusters.iter().map(move |c| (r, c)))
+        {
             let caps: &[Option<u16>] = if rows > Some(128) {
                 &[None]
             } else {
@@ -323,6 +359,7 @@ fn check_tile_heights(
                 let options = KernelOptions {
                     max_splits: splits,
                     tile_rows: rows,
+                    cluster,
                     ..KernelOptions::none()
                 };
                 let mut kernel: Box<dyn Fp8Kernel> =
@@ -335,7 +372,8 @@ fn check_tile_heights(
                     .unwrap_or_else(|e| panic!("process_weights: {e}"));
                 for &m in ms {
                     let label = format!(
-                        "{}x{} {:?}->{:?}, tile_rows {rows:?}, max_splits {splits:?}, M={m}",
+                        "{}x{} {:?}->{:?}, tile_rows {rows:?}, cluster {cluster:?}, \
+                         max_splits {splits:?}, M={m}",
                         cfg.n, cfg.k, cfg.input_dtype, cfg.output_dtype
                     );
                     let x = random_activations(m, cfg.k);

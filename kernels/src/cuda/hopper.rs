@@ -1,11 +1,16 @@
 //! Hopper block-scaled FP8 GEMM (sm_90a, the DeepGEMM class): TMA loads into a multi-stage
-//! shared-memory ring with mbarriers, a producer warpgroup with few registers (setmaxnreg),
-//! math warpgroups issuing wgmma m64n128k32 e4m3 from 128B-swizzled descriptors, per-block
-//! promotion into f32 with the 1xC activation and RxC weight scales (R 32, 64 or 128, C 32,
-//! 64 or 128; f32 or ue8m0), persistent tile scheduling over tiles of 64, 128, 192 or 256 rows
-//! x 128 columns (the height chosen per call by [`plan_tile_rows`]), and split-K when the
-//! tiles do not fill the GPU (each split stores its partial tile to an f32 workspace, an
-//! epilogue kernel sums them in order).
+//! shared-memory ring with mbarriers; a producer warpgroup with few registers (setmaxnreg)
+//! whose first thread issues the tile loads and whose second warp copies each stage's
+//! scales into shared memory (cp.async, arriving on the stage's barrier); math warpgroups
+//! issuing wgmma m64n128k32 e4m3 from 128B-swizzled descriptors, with per-block promotion
+//! into f32 with the 1xC activation and RxC weight scales (R 32, 64 or 128, C 32, 64 or 128;
+//! f32 or ue8m0). Persistent tile scheduling over tiles of 64, 128, 192 or 256 rows x 128
+//! columns (the height chosen per call by [`plan_tile_rows`]); the 64- and 128-row tiles keep
+//! two accumulator sets, so one scale block's MMAs run while the previous one is promoted.
+//! Split-K when the tiles do not fill the GPU (each split stores its partial tile to an f32
+//! workspace, an epilogue kernel sums them in order). On request
+//! ([`KernelOptions::cluster`](fp8_linear_core::KernelOptions)), clusters of two CTAs along M
+//! that load each weight tile once, half each, multicast to both.
 //! Source: `cu/hopper_gemm.cu`.
 
 use std::sync::Arc;
@@ -43,28 +48,51 @@ pub struct HopperBlockFp8 {
     max_splits: usize,
     /// A fixed tile height (the build options' `tile_rows`); None chooses per call.
     tile_rows: Option<usize>,
+    /// A fixed cluster size, 1 or 2 (the build options' `cluster`); None chooses per call.
+    cluster: Option<usize>,
 }
 
-/// One tile height: BM rows per CTA, its pipeline depth and kernels.
+/// One tile height and cluster size: BM rows per CTA, its pipeline depth and kernels.
 struct Variant {
     bm: usize,
+    /// CTAs per cluster along M (2: the weight tile is multicast to both).
+    cluster: usize,
     /// Math warpgroups (the CTA has one more, the producer).
     math_wgs: u32,
     smem: u32,
     gemm: [CudaFunction; 3],
 }
 
-/// (BM, math warpgroups, dynamic shared memory, kernel tag): BM 64 (one math warpgroup, 8
-/// stages of 24 KiB), BM 128 (two, 6 stages of 32 KiB), BM 192 (three, 5 stages of 40 KiB,
-/// 160 registers per math thread; never split), BM 256 (two warpgroups of two 64-row waves
-/// each, 4 stages of 48 KiB; never split); must match `HOPPER_KERNEL` in the source. 1 KiB
-/// covers the 1024-byte alignment, 16 bytes per stage its two mbarriers.
-const VARIANTS: [(usize, u32, u32, &str); 4] = [
-    (64, 1, 1024 + 8 * (64 * 128 + 128 * 128) + 16 * 8, "bm64"),
-    (128, 2, 1024 + 6 * (128 * 128 + 128 * 128) + 16 * 6, "bm128"),
-    (192, 3, 1024 + 5 * (192 * 128 + 128 * 128) + 16 * 5, "bm192"),
-    (256, 2, 1024 + 4 * (256 * 128 + 128 * 128) + 16 * 4, "bm256"),
+/// (BM, cluster size, math warpgroups, pipeline stages, kernel tag): BM 64 (one math
+/// warpgroup, 8 stages of 24 KiB of tiles), BM 128 (two, 6 stages of 32 KiB), BM 192
+/// (three, 5 stages of 40 KiB, 160 registers per math thread; never split), BM 256 (two
+/// warpgroups of two 64-row waves each, 4 stages of 48 KiB; never split), and BM 128 and 256
+/// in clusters of two CTAs sharing the weight tile (multicast: each CTA loads half of it for
+/// both), only where the build options ask for clusters of 2; must match `HOPPER_KERNEL` and
+/// `HOPPER_KERNEL_C2` in the source. On the H200 the clusters cut the kernel's L2 traffic
+/// (48 % of L2 throughput against 56 %, 4096x7168 at M = 4096) but not its time (within
+/// 2 %): every variant takes in about 28 bytes of tiles per SM-cycle, which multicast
+/// leaves as it is (BENCHMARKS.md, "Hopper kernel, issue 12").
+const VARIANTS: [(usize, usize, u32, u32, &str); 6] = [
+    (64, 1, 1, 8, "bm64"),
+    (128, 1, 2, 6, "bm128"),
+    (128, 2, 2, 6, "bm128c2"),
+    (192, 1, 3, 5, "bm192"),
+    (256, 1, 2, 4, "bm256"),
+    (256, 2, 2, 4, "bm256c2"),
 ];
+
+/// Dynamic shared memory of a variant of `bm` rows and `stages` stages for weight blocks
+/// `block` (rows along N, columns along K): per stage the A and B tiles, the scales of the
+/// stage (for each of the 128 / C scale blocks of a K tile, `bm` activation scales and
+/// 128 / R weight scales, f32, rounded up to 16 bytes) and two mbarriers; 1 KiB covers the
+/// 1024-byte alignment of the swizzled tiles (`Sc` and the stage layout in the source).
+fn smem_bytes(bm: usize, stages: u32, block: (usize, usize)) -> u32 {
+    let subs = 128 / block.1;
+    let scales = (subs * (bm + 128 / block.0) * 4).div_ceil(16) * 16;
+    let stage = bm * 128 + 128 * 128 + scales + 16;
+    1024 + stages * stage as u32
+}
 
 /// Whether the tall tiles (192 and 256 rows) exist for weight blocks `block` (rows along N,
 /// columns along K): their registers leave room for the scales of at most two scale blocks
@@ -76,9 +104,11 @@ fn has_tall_tile(block: (usize, usize)) -> bool {
 struct State {
     /// Weights with row-major block scales, activations with M-fastest group scales.
     block: BlockLayer,
-    /// Tensor map of the weight codes (box 128 x 128).
+    /// Tensor maps of the weight codes: boxes of 128 rows x 128 bytes, and of 64 rows (each
+    /// CTA's half of the tile in a cluster of two).
     tb: TensorMap,
-    /// BM 64, 128 and (where [`has_tall_tile`]) 192, 256, in that order.
+    tb_half: TensorMap,
+    /// The entries of [`VARIANTS`] this layer has (the tall ones where [`has_tall_tile`]).
     variants: Vec<Variant>,
     _module: Arc<CudaModule>,
     /// The split-K epilogues.
@@ -97,6 +127,15 @@ impl HopperBlockFp8 {
     /// at least 64 columns along K) is [`KernelError::Backend`] naming the heights it has.
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         let tile_rows = ctx.options().tile_rows.map(usize::from);
+        let cluster = ctx.options().cluster.map(usize::from);
+        if let Some(c) = cluster {
+            if c != 1 && c != 2 {
+                return Err(KernelError::backend(
+                    NAME,
+                    format!("cluster {c}: clusters are 1 or 2 CTAs"),
+                ));
+            }
+        }
         if let Some(r) = tile_rows {
             let tall = has_tall_tile(weight_block(ctx.config()));
             if !(r == 64 || r == 128 || (tall && (r == 192 || r == 256))) {
@@ -119,6 +158,7 @@ impl HopperBlockFp8 {
                 .map_or(16, usize::from)
                 .clamp(1, 16),
             tile_rows,
+            cluster,
         })
     }
 }
@@ -201,10 +241,11 @@ type Loaded = (Arc<CudaModule>, Vec<Variant>, [CudaFunction; 3]);
 fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
     let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
     let (module, _) = gpu.module(&hopper_module(block)).map_err(be(NAME))?;
-    let count = if has_tall_tile(block) { 4 } else { 2 };
-    let variants = VARIANTS[..count]
+    let variants = VARIANTS
         .iter()
-        .map(|&(bm, math_wgs, smem, tag)| {
+        .filter(|v| v.0 <= 128 || has_tall_tile(block))
+        .map(|&(bm, cluster, math_wgs, stages, tag)| {
+            let smem = smem_bytes(bm, stages, block);
             if smem > optin {
                 return Err(KernelError::backend(
                     NAME,
@@ -215,6 +256,7 @@ fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
                 per_float(&module, &format!("hopper_gemm_{tag}"), Some(smem)).map_err(be(NAME))?;
             Ok(Variant {
                 bm,
+                cluster,
                 math_wgs,
                 smem,
                 gemm,
@@ -258,9 +300,12 @@ impl Fp8Kernel for HopperBlockFp8 {
         let w = &block.w;
         let tb = TensorMap::e4m3_2d(w.codes.ptr(), config.n, w.ldk, w.ldk, 128, 128)
             .map_err(be(NAME))?;
+        let tb_half =
+            TensorMap::e4m3_2d(w.codes.ptr(), config.n, w.ldk, w.ldk, 64, 128).map_err(be(NAME))?;
         self.layer.set(State {
             block,
             tb,
+            tb_half,
             variants,
             _module: module,
             finalize,
@@ -271,11 +316,11 @@ impl Fp8Kernel for HopperBlockFp8 {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let (max_splits, tile_rows) = (self.max_splits, self.tile_rows);
+        let knobs = (self.max_splits, self.tile_rows, self.cluster);
         let (c, gpu, st) = self.layer.processed(NAME)?;
         let io = st.block.check(NAME, c, gpu, input, output)?;
         let m = io.0;
-        let p = st.plan(c, gpu, (max_splits, tile_rows), m);
+        let p = st.plan(c, gpu, knobs, m);
         if p.units > i32::MAX as usize {
             // The kernel numbers its work units with 32-bit integers.
             return Err(KernelError::shape(
@@ -308,7 +353,7 @@ impl Fp8Kernel for HopperBlockFp8 {
         let bsptr = st.block.scales.ptr();
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
         let (kbpsi, splitsi) = (kbps as i32, splits as i32);
-        let tb = st.tb;
+        let tb = if v.cluster > 1 { st.tb_half } else { st.tb };
         let s = gpu.stream();
         let mut b = s.launch_builder(&v.gemm[oi]);
         b.arg(&ta)
@@ -321,7 +366,10 @@ impl Fp8Kernel for HopperBlockFp8 {
         b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
         let threads = 128 * (v.math_wgs + 1);
         let sms = gpu.device().sm_count.max(1) as usize;
-        let cfg = grid((p.units.min(sms) as u32, 1, 1), threads, v.smem);
+        // Persistent: at most one CTA per SM; whole clusters (the kernel walks the units by
+        // cluster, `p.units` counting clusters' units).
+        let ctas = p.units.min(sms / v.cluster) * v.cluster;
+        let cfg = grid((ctas as u32, 1, 1), threads, v.smem);
         // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A
         // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds
         // ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws splits*m*n floats
@@ -330,7 +378,10 @@ impl Fp8Kernel for HopperBlockFp8 {
             launch(
                 b,
                 cfg,
-                format_args!("hopper_gemm (BM={}, {splits} splits)", v.bm),
+                format_args!(
+                    "hopper_gemm (BM={}, cluster {}, {splits} splits)",
+                    v.bm, v.cluster
+                ),
             )
         }
         .map_err(be(NAME))?;
@@ -349,7 +400,7 @@ impl Fp8Kernel for HopperBlockFp8 {
     }
 
     fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        let knobs = (self.max_splits, self.tile_rows);
+        let knobs = (self.max_splits, self.tile_rows, self.cluster);
         let (c, gpu, st) = self.layer.processed(NAME)?;
         st.block.keep_retired();
         st.ws.keep_retired();
@@ -361,7 +412,8 @@ impl Fp8Kernel for HopperBlockFp8 {
     }
 }
 
-/// The launch of a call: tile variant, K split and work units.
+/// The launch of a call: tile variant, K split and work units (of clusters, for a
+/// clustered variant).
 struct Plan {
     variant: usize,
     splits: usize,
@@ -371,24 +423,39 @@ struct Plan {
 
 impl State {
     /// The launch for `m` rows: the tile height of [`plan_tile_rows`] (or the one fixed by
-    /// the options, `knobs` = (max splits, tile rows)); the K split of [`plan_splits`] (none
-    /// for tiles of more than 128 rows).
-    fn plan(&self, c: &LayerConfig, gpu: &Gpu, knobs: (usize, Option<usize>), m: usize) -> Plan {
-        let (max_splits, tile_rows) = knobs;
+    /// the options, `knobs` = (max splits, tile rows, cluster)); clusters of two only when
+    /// the options ask and the height has them (on the H200 they measured no faster: see
+    /// [`VARIANTS`]); the K split of [`plan_splits`] (none for tiles of more than 128 rows).
+    fn plan(
+        &self,
+        c: &LayerConfig,
+        gpu: &Gpu,
+        knobs: (usize, Option<usize>, Option<usize>),
+        m: usize,
+    ) -> Plan {
+        let (max_splits, tile_rows, cluster) = knobs;
         let sms = gpu.device().sm_count.max(1) as usize;
-        let tall = self.variants.len() > 2;
+        let tall = self.variants.iter().any(|v| v.bm > 128);
         let bm = tile_rows.unwrap_or_else(|| plan_tile_rows(m, c.n, sms, tall));
+        let num_m = m.div_ceil(bm);
+        let want = cluster.unwrap_or(1);
         let variant = self
             .variants
             .iter()
-            .position(|v| v.bm == bm)
+            .position(|v| v.bm == bm && v.cluster == want)
+            .or_else(|| {
+                self.variants
+                    .iter()
+                    .position(|v| v.bm == bm && v.cluster == 1)
+            })
             .expect("tile heights are checked at build");
-        let tiles = m.div_ceil(bm) * c.n.div_ceil(128);
+        let cl = self.variants[variant].cluster;
+        let tiles = num_m.div_ceil(cl) * c.n.div_ceil(128);
         let kb = c.k.div_ceil(128);
         let (splits, kb_per_split) = if bm > 128 {
             (1, kb)
         } else {
-            plan_splits(tiles, kb, sms, m * c.n, max_splits)
+            plan_splits(tiles * cl, kb, sms, m * c.n, max_splits)
         };
         Plan {
             variant,
@@ -448,6 +515,34 @@ mod tests {
         let (s_small, _) = plan_splits(68, 56, 132, 64 * 2112, 16);
         let (s_large, _) = plan_splits(68, 56, 132, 4096 * 2112, 16);
         assert!(s_large <= s_small, "{s_large} > {s_small}");
+    }
+
+    #[test]
+    fn every_variant_fits_hopper_shared_memory() {
+        // 227 KiB per block (H100 / H200 opt-in), for every weight block the kernel takes;
+        // the tall tiles only where they exist.
+        for block in [
+            (32, 32),
+            (64, 64),
+            (128, 128),
+            (128, 32),
+            (32, 128),
+            (64, 128),
+        ] {
+            for &(bm, _, _, stages, tag) in &VARIANTS {
+                if bm > 128 && !has_tall_tile(block) {
+                    continue;
+                }
+                let smem = smem_bytes(bm, stages, block);
+                assert!(smem <= 232_448, "{tag} {block:?}: {smem}");
+            }
+        }
+        // 128x128 blocks, 128 rows: 6 stages of 32 KiB tiles, 516 B of scales (rounded to
+        // 528) and 16 B of barriers each.
+        assert_eq!(
+            smem_bytes(128, 6, (128, 128)),
+            1024 + 6 * (32768 + 528 + 16)
+        );
     }
 
     #[test]

@@ -1,11 +1,13 @@
 // Hopper block-scaled FP8 GEMM (sm_90a): TMA loads into a STAGES-deep shared-memory ring
-// guarded by mbarriers, one producer warpgroup (one issuing thread, few registers through
-// setmaxnreg), NWG math warpgroups issuing wgmma m64n128k32 e4m3 x e4m3 -> f32 from
-// 128B-swizzled K-major shared-memory descriptors. Each SBK-long scale block of a 128-long
-// K tile is multiplied into fresh accumulators and then promoted into f32 totals with
-// As[m, kb] * Bs[n / SBN, kb] (scale blocks SBN x SBK: SBN 32, 64 or 128 along N, SBK 32, 64
-// or 128 along K). Tiles are BM x 128 with BM = 64 x NWG x WAVES (64, 128, 192 or 256 rows;
-// the host picks per call). Persistent: a grid of at most one CTA per SM walks the
+// guarded by mbarriers, one producer warpgroup (one thread issues the TMA loads, a second
+// warp copies each stage's scales; few registers through setmaxnreg), NWG math warpgroups
+// issuing wgmma m64n128k32 e4m3 x e4m3 -> f32 from 128B-swizzled K-major shared-memory
+// descriptors. Each SBK-long scale block of a 128-long K tile is multiplied into fresh
+// accumulators and then promoted into f32 totals with As[m, kb] * Bs[n / SBN, kb] (scale
+// blocks SBN x SBK: SBN 32, 64 or 128 along N, SBK 32, 64 or 128 along K). The 64- and
+// 128-row tiles keep two accumulator sets, so a scale block's MMAs run while the previous
+// block is promoted. Tiles are BM x 128 with BM = 64 x NWG x WAVES (64, 128, 192 or 256
+// rows; the host picks per call). Persistent: a grid of at most one CTA per SM walks the
 // (tile, K split) work units.
 //
 //   out[m, n] = sum_kb As[m, kb] * Bs[n / SBN, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
@@ -41,8 +43,15 @@ __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+__device__ __forceinline__ void mbar_arrive_if(u32 bar, bool p) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %1, 0;\n"
+        "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+        "}\n" ::"r"(bar),
+        "r"((int)p)
+        : "memory");
 }
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     asm volatile(
@@ -65,6 +74,17 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaDesc* map, u32 bar
         : "memory");
 }
 
+// The same box into the shared memory of every CTA in `mask` (same offsets), each CTA's
+// barrier at `bar` counting its bytes.
+__device__ __forceinline__ void tma_load_2d_mc(u32 dst, const TmaDesc* map, u32 bar, int c0, int c1,
+                                               u16 mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+        "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+        : "memory");
+}
+
 // ---- wgmma ----------------------------------------------------------------------------
 // K-major operand, 128-byte swizzle, 8-row core-matrix groups 1024 bytes apart (SBO); the
 // leading offset is unused for swizzled K-major layouts. `addr` must sit in a 1024-aligned
@@ -79,6 +99,9 @@ __device__ __forceinline__ void wgmma_commit() {
 }
 __device__ __forceinline__ void wgmma_wait0() {
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait1() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
 }
 
 // d[64] (+)= A[64 x 32] * B[128 x 32]^T; `acc` false: d = A * B.
@@ -111,38 +134,130 @@ __device__ __forceinline__ void wgmma_m64n128k32(float* d, u64 da, u64 db, int a
 
 // ---- the kernel -----------------------------------------------------------------------
 // Work unit u -> (n block, m block, split): units sharing a weight tile are adjacent, so
-// CTAs running at the same time read each weight tile from HBM about once.
+// CTAs running at the same time read each weight tile from HBM about once. With clusters of
+// CL CTAs along M, a unit is CL vertically adjacent tiles of one n block, one per CTA of the
+// cluster (CTA `rank` takes the rank-th), and the clusters walk the units round-robin.
 struct Unit {
     int m0, nb, kb0, kb1, sp;
 };
-__device__ __forceinline__ Unit unit_of(int u, int num_m, int splits, int kbps, int Kb, int bm) {
-    const int sp = u % splits, t = u / splits;
-    Unit r;
-    r.nb = t / num_m;
-    r.m0 = (t % num_m) * bm;
-    r.kb0 = sp * kbps;
-    r.kb1 = min(Kb, r.kb0 + kbps);
-    r.sp = sp;
+struct Sched {
+    int num_mc, splits, kbps, Kb, bm, cl, rank, first, step, units;
+    __device__ __forceinline__ Unit at(int u) const {
+        const int sp = u % splits, t = u / splits;
+        Unit r;
+        r.nb = t / num_mc;
+        r.m0 = ((t % num_mc) * cl + rank) * bm;
+        r.kb0 = sp * kbps;
+        r.kb1 = min(Kb, r.kb0 + kbps);
+        r.sp = sp;
+        return r;
+    }
+};
+
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
 }
+// Every thread of every CTA of the cluster (release / acquire).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// The shared::cluster address of `addr` (a shared::cta address) in CTA `rank` of the cluster.
+__device__ __forceinline__ u32 peer_addr(u32 addr, u32 rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+// Arrives (when `p`) on the mbarrier at shared::cluster address `bar`, possibly another CTA's.
+// CTA-scope release (the default), as the stage release needs: what it orders are this
+// thread's reads of the stage, which its wgmma wait already completed; a cluster-scope
+// release would cost a GPU-wide memory barrier per arrival.
+__device__ __forceinline__ void mbar_arrive_cluster_if(u32 bar, bool p) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %1, 0;\n"
+        "@p mbarrier.arrive.shared::cluster.b64 _, [%0];\n"
+        "}\n" ::"r"(bar),
+        "r"((int)p)
+        : "memory");
+}
 
-// The scales of K tile `kb` for the rows r0, r1 (0 past M) and the NSB scale rows of the N
-// tile starting at scale row `brow0` (clamped to the last row, `nbs - 1`); 0 for scale
-// blocks past K.
-__device__ __forceinline__ void tile_scales(const float* __restrict__ As,
-                                            const float* __restrict__ Bs, int kb, int Kbs,
-                                            int M, int r0, int r1, int brow0, int nbs,
-                                            float (&a0)[SUBS], float (&a1)[SUBS],
-                                            float (&b)[SUBS][NSB]) {
+// ---- scales staged in shared memory ---------------------------------------------------
+// Each stage holds, beside its A and B tiles, the scales its promotions read: SUBS x BM
+// activation scales (rows fastest), then SUBS x NSB weight scales. One producer warp copies
+// them with 4-byte cp.async (zero-filled past M and past K) and each lane's copies arrive on
+// the stage's full barrier when they land, so the math warpgroups read them from shared
+// memory after the barrier instead of waiting on L2 for them once per K tile.
+template <int BM> struct Sc {
+    static constexpr u32 FLOATS = SUBS * (BM + NSB);
+    static constexpr u32 BYTES = (FLOATS * 4 + 15) & ~15u;
+};
+
+__device__ __forceinline__ void cp_async4(u32 dst, const float* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
+                 "r"(ok ? 4 : 0)
+                 : "memory");
+}
+// Arrives on `bar` once every earlier cp.async of this thread has landed (counted in the
+// barrier's expected arrivals: no pending-count increment).
+__device__ __forceinline__ void cp_async_arrive(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// The scale warp: for every stage the TMA thread fills, the same stage's scales.
+template <int BM, int STAGES>
+__device__ __forceinline__ void stage_scales(const float* __restrict__ As,
+                                             const float* __restrict__ Bs, u32 ssc, u32 bars,
+                                             int M, int Kbs, int nbs, const Sched& sc,
+                                             int lane) {
+    u32 it = 0;
+    for (int u = sc.first; u < sc.units; u += sc.step) {
+        const Unit w = sc.at(u);
+        const int brow = min(w.nb * NSB + lane, nbs - 1);
+        for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
+            const u32 s = it % STAGES, ph = (it / STAGES) & 1;
+            mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
+            const u32 dst = ssc + s * Sc<BM>::BYTES;
 #pragma unroll
-    for (int sb = 0; sb < SUBS; ++sb) {
-        const int kbs = kb * SUBS + sb;
-        const bool ok = kbs < Kbs;
-        a0[sb] = ok && r0 < M ? As[(long long)kbs * M + r0] : 0.f;
-        a1[sb] = ok && r1 < M ? As[(long long)kbs * M + r1] : 0.f;
+            for (int sub = 0; sub < SUBS; ++sub) {
+                const int kbs = kb * SUBS + sub;
+                const bool ok = kbs < Kbs;
+#pragma unroll 1
+                for (int i = lane; i < BM; i += 32) {
+                    const bool v = ok && w.m0 + i < M;
+                    cp_async4(dst + 4 * (sub * BM + i), v ? As + (long long)kbs * M + w.m0 + i : As,
+                              v);
+                }
+                if (lane < NSB)
+                    cp_async4(dst + 4 * (SUBS * BM + sub * NSB + lane),
+                              ok ? Bs + (long long)brow * Kbs + kbs : Bs, ok);
+            }
+            cp_async_arrive(bars + 8 * s);
+        }
+    }
+}
+
+// Promotion of one scale block: tot += acc * As[row] * Bs[col / SBN], the scales read from
+// the stage's shared copy `c` (`row` = the thread's first row in the tile; its second is 8
+// below). Accumulator i sits at row `row` (i % 4 < 2) or row + 8, tile column 8 (i / 4) +
+// col_in + (i % 2): scale row 8 (i / 4) / SBN.
+template <int BM>
+__device__ __forceinline__ void promote(float (&tot)[64], const float (&acc)[64],
+                                        const float* c, int sub, int row) {
+    const float a0 = c[sub * BM + row], a1 = c[sub * BM + row + 8];
+    float f0[NSB], f1[NSB];
 #pragma unroll
-        for (int q = 0; q < NSB; ++q)
-            b[sb][q] = ok ? Bs[(long long)min(brow0 + q, nbs - 1) * Kbs + kbs] : 0.f;
+    for (int q = 0; q < NSB; ++q) {
+        const float b = c[SUBS * BM + sub * NSB + q];
+        f0[q] = a0 * b;
+        f1[q] = a1 * b;
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+        const int q = (8 * (i / 4)) / SBN;
+        tot[i] += acc[i] * ((i & 2) ? f1[q] : f0[q]);
     }
 }
 
@@ -169,60 +284,15 @@ __device__ __forceinline__ void store_tile(float* __restrict__ p, const float (&
         }
     }
 }
-// NWG math warpgroups, each running WAVES 64-row slabs of the BM = 64 * NWG * WAVES row
-// tile: warpgroup g, wave w owns rows 64 * (NWG * w + g) .. +64. A wave's fresh accumulators
-// are promoted into its own f32 totals (tot[w]), so registers grow with WAVES while the
-// shared B tile (and its L2 traffic) is amortised over more rows.
-template <int NWG, int WAVES, int STAGES, int OUT>
-__device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb,
-                                            const float* __restrict__ As,
-                                            const float* __restrict__ Bs, void* __restrict__ out,
-                                            float* __restrict__ ws,
-                                            const float* __restrict__ bias, int M, int N, int K,
-                                            int kbps, int splits) {
+// The math warpgroups' side of `hopper_gemm` (warpgroup `threadIdx.x / 128`, 1 to NWG).
+template <int NWG, int WAVES, int STAGES, int OUT, int CL>
+__device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars, const Sched& sc,
+                                     void* __restrict__ out, float* __restrict__ ws,
+                                     const float* __restrict__ bias, int M, int N, bool split) {
     constexpr int BM = 64 * NWG * WAVES;
+    constexpr bool PIPE = WAVES == 1 && NWG <= 2;
     constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
-    extern __shared__ u8 smem_raw[];
-    const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const u32 sa = base, sb = base + STAGES * A_BYTES;
-    const u32 bars = sb + STAGES * B_BYTES;  // full[STAGES], then empty[STAGES]
-    const int Kb = (K + BK - 1) / BK;
-    const int Kbs = (K + SBK - 1) / SBK, nbs = (N + SBN - 1) / SBN;
-    const int num_m = (M + BM - 1) / BM, num_n = (N + BN - 1) / BN;
-    const int units = num_m * num_n * splits;
     const int wg = threadIdx.x / 128;
-
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(bars + 8 * s, 1);
-            mbar_init(bars + 8 * (STAGES + s), NWG * 4);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-
-    if (wg == 0) {
-        // Producer warpgroup: one thread issues every TMA load.
-        if constexpr (NWG == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if constexpr (NWG == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
-        if (threadIdx.x == 0) {
-            asm volatile("prefetch.tensormap [%0];" ::"l"((u64)ta) : "memory");
-            asm volatile("prefetch.tensormap [%0];" ::"l"((u64)tb) : "memory");
-            u32 it = 0;
-            for (int u = blockIdx.x; u < units; u += gridDim.x) {
-                const Unit w = unit_of(u, num_m, splits, kbps, Kb, BM);
-                for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
-                    const u32 s = it % STAGES, ph = (it / STAGES) & 1;
-                    mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
-                    const u32 full = bars + 8 * s;
-                    mbar_expect_tx(full, A_BYTES + B_BYTES);
-                    tma_load_2d(sa + s * A_BYTES, ta, full, kb * BK, w.m0);
-                    tma_load_2d(sb + s * B_BYTES, tb, full, kb * BK, w.nb * BN);
-                }
-            }
-        }
-        return;
-    }
 
     // Math warpgroups.
     if constexpr (NWG == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
@@ -231,13 +301,24 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int row_in = mw * 64 + warp * 16 + lane / 4;  // in wave 0; wave w adds 64 NWG w
     const int col_in = (lane % 4) * 2;
-    const bool split = splits > 1;
-    float acc[64], tot[WAVES][64];
+    // The stage's last MMAs are done (and its scales read): hand it back to the producer.
+    // (A predicated arrive, not a branch: MMAs may be in flight.)
+    // With clusters, on the stage's empty barrier of every CTA of the cluster (each one's
+    // producer multicasts into this CTA's stage).
+    auto release = [&](u32 s) {
+        __syncwarp();
+        if constexpr (CL == 1) {
+            mbar_arrive_if(bars + 8 * (STAGES + s), lane == 0);
+        } else {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+            for (int r = 0; r < CL; ++r)
+                mbar_arrive_cluster_if(peer_addr(bars + 8 * (STAGES + s), r), lane == 0);
+        }
+    };
+    float tot[WAVES][64];
     u32 it = 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const Unit w = unit_of(u, num_m, splits, kbps, Kb, BM);
+    for (int u = sc.first; u < sc.units; u += sc.step) {
+        const Unit w = sc.at(u);
         // Slabs of this warpgroup whose rows exist: uniform over the warpgroup, and the
         // same for every split of the tile.
         int live = 0;
@@ -253,71 +334,111 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
         for (int v = 0; v < WAVES; ++v)
 #pragma unroll
             for (int i = 0; i < 64; ++i) tot[v][i] = 0.f;
-        const int brow0 = w.nb * NSB;
-        // Scales are loaded one K tile ahead, so their latency hides behind a whole tile.
-        float na0[WAVES][SUBS], na1[WAVES][SUBS], nbv[SUBS][NSB];
-#pragma unroll
-        for (int v = 0; v < WAVES; ++v)
-            tile_scales(As, Bs, w.kb0, Kbs, M, r0[v], r1[v], brow0, nbs, na0[v], na1[v], nbv);
-        for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
-            const u32 s = it % STAGES, ph = (it / STAGES) & 1;
-            float a0[WAVES][SUBS], a1[WAVES][SUBS], bv[SUBS][NSB];
-#pragma unroll
-            for (int sub = 0; sub < SUBS; ++sub) {
-#pragma unroll
-                for (int v = 0; v < WAVES; ++v) {
-                    a0[v][sub] = na0[v][sub];
-                    a1[v][sub] = na1[v][sub];
+        if constexpr (PIPE) {
+            if (!live) {
+                // No rows here: only keep the stage ring turning.
+                for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
+                    const u32 s = it % STAGES;
+                    mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+                    release(s);
                 }
-#pragma unroll
-                for (int q = 0; q < NSB; ++q) bv[sub][q] = nbv[sub][q];
+                goto epilogue;
             }
-            if (kb + 1 < w.kb1) {
+            float acc0[64], acc1[64];
+            // Step (i, sub): scale block `sub` of the K tile in stage sequence number i. Its
+            // MMAs go to acc0 or acc1 by the step's parity, which is a compile-time constant
+            // below: K tiles are walked in pairs (2 SUBS steps), so every branch around the
+            // MMAs in flight is uniform and ptxas keeps them asynchronous.
+            auto issue = [&](u32 i, int sub, float(&d)[64]) {
+                const u32 s = i % STAGES;
+                if (sub == 0) mbar_wait(bars + 8 * s, (i / STAGES) & 1);
+                const u64 da = wgmma_desc(sa + s * A_BYTES + 64 * mw * BK);
+                const u64 db = wgmma_desc(sb + s * B_BYTES);
+                wgmma_fence();
 #pragma unroll
-                for (int v = 0; v < WAVES; ++v)
-                    tile_scales(As, Bs, kb + 1, Kbs, M, r0[v], r1[v], brow0, nbs, na0[v],
-                                na1[v], nbv);
-            }
-            mbar_wait(bars + 8 * s, ph);
-            const u64 db = wgmma_desc(sb + s * B_BYTES);
+                for (int jj = 0; jj < SBK / 32; ++jj) {
+                    const int kk = sub * (SBK / 32) + jj;
+                    wgmma_m64n128k32(d, da + 2 * kk, db + 2 * kk, jj);
+                }
+                wgmma_commit();
+            };
+            // Promotes step (i, sub), whose MMAs are done; the stage goes back to the producer
+            // after its last scale block.
+            auto retire = [&](u32 i, int sub, const float(&d)[64]) {
+                const u32 s = i % STAGES;
+                promote<BM>(tot[0], d, scg + s * (Sc<BM>::BYTES / 4), sub, row_in);
+                if (sub == SUBS - 1) release(s);
+            };
+            // The 2 SUBS steps of K tiles `i` and `i + 1` (step 0 already issued into acc0);
+            // `last`: no step follows (the final one waits for every MMA).
+            auto pair = [&](u32 i, bool last) {
 #pragma unroll
-            for (int v = 0; v < WAVES; ++v) {
-                const u64 da = wgmma_desc(sa + s * A_BYTES + 64 * (NWG * v + mw) * BK);
-#pragma unroll
-                for (int sub = 0; sub < SUBS; ++sub) {
-                    if (v < live) {
-                        wgmma_fence();
-#pragma unroll
-                        for (int j = 0; j < SBK / 32; ++j) {
-                            const int kk = sub * (SBK / 32) + j;
-                            wgmma_m64n128k32(acc, da + 2 * kk, db + 2 * kk, j);
-                        }
-                        wgmma_commit();
+                for (int q = 0; q < 2 * SUBS; ++q) {
+                    const u32 iq = i + q / SUBS, in = i + (q + 1) / SUBS;
+                    const int sq = q % SUBS, sn = (q + 1) % SUBS;
+                    if (q + 1 < 2 * SUBS || !last) {
+                        if ((q + 1) % 2) issue(in, sn, acc1);
+                        else issue(in, sn, acc0);
+                        wgmma_wait1();
+                    } else {
                         wgmma_wait0();
                     }
-                    if (v == WAVES - 1 && sub == SUBS - 1) {
-                        // The stage's last MMAs are done: hand it back to the producer.
-                        __syncwarp();
-                        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
+                    if (q % 2) retire(iq, sq, acc1);
+                    else retire(iq, sq, acc0);
+                }
+            };
+            issue(it, 0, acc0);
+            int kb = w.kb0;
+            for (; kb + 2 < w.kb1; kb += 2, it += 2) pair(it, false);
+            if (kb + 2 == w.kb1) {
+                pair(it, true);
+                it += 2;
+            } else {
+                // One K tile left.
+#pragma unroll
+                for (int q = 0; q < SUBS; ++q) {
+                    if (q + 1 < SUBS) {
+                        if ((q + 1) % 2) issue(it, q + 1, acc1);
+                        else issue(it, q + 1, acc0);
+                        wgmma_wait1();
+                    } else {
+                        wgmma_wait0();
                     }
-                    if (v < live) {
-                        float f0[NSB], f1[NSB];
+                    if (q % 2) retire(it, q, acc1);
+                    else retire(it, q, acc0);
+                }
+                it += 1;
+            }
+        } else {
+            float acc[64];
+            for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
+                const u32 s = it % STAGES, ph = (it / STAGES) & 1;
+                mbar_wait(bars + 8 * s, ph);
+                const float* c = scg + s * (Sc<BM>::BYTES / 4);
+                const u64 db = wgmma_desc(sb + s * B_BYTES);
 #pragma unroll
-                        for (int q = 0; q < NSB; ++q) {
-                            f0[q] = a0[v][sub] * bv[sub][q];
-                            f1[q] = a1[v][sub] * bv[sub][q];
-                        }
-                        // Accumulator i sits in column 8 * (i / 4) + col_in + (i % 2) of the
-                        // tile: scale row 8 * (i / 4) / SBN.
+                for (int v = 0; v < WAVES; ++v) {
+                    const u64 da = wgmma_desc(sa + s * A_BYTES + 64 * (NWG * v + mw) * BK);
 #pragma unroll
-                        for (int i = 0; i < 64; ++i) {
-                            const int q = (8 * (i / 4)) / SBN;
-                            tot[v][i] += acc[i] * ((i & 2) ? f1[q] : f0[q]);
+                    for (int sub = 0; sub < SUBS; ++sub) {
+                        if (v < live) {
+                            wgmma_fence();
+#pragma unroll
+                            for (int j = 0; j < SBK / 32; ++j) {
+                                const int kk = sub * (SBK / 32) + j;
+                                wgmma_m64n128k32(acc, da + 2 * kk, db + 2 * kk, j);
+                            }
+                            wgmma_commit();
+                            wgmma_wait0();
+                            promote<BM>(tot[v], acc, c, sub, 64 * NWG * v + row_in);
                         }
                     }
                 }
+                // After the promotions: they read the stage's scales.
+                release(s);
             }
         }
+    epilogue:
         if (live == 0) continue;
         // Epilogue: accumulator i of wave v sits at row r0[v] (i % 4 < 2) or r1[v], column
         // 8 * (i / 4) + col_in + (i % 2).
@@ -351,14 +472,113 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
     }
 }
 
-#define HOPPER_KERNEL(NAME, NWG, WAVES, STAGES, OUT)                                             \
-    extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                             \
+// NWG math warpgroups, each running WAVES 64-row slabs of the BM = 64 * NWG * WAVES row
+// tile: warpgroup g, wave w owns rows 64 * (NWG * w + g) .. +64. A wave's fresh accumulators
+// are promoted into its own f32 totals (tot[w]), so registers grow with WAVES while the
+// shared B tile (and its L2 traffic) is amortised over more rows.
+//
+// PIPE (one wave and at most two math warpgroups, whose registers hold two accumulator
+// sets): a scale block's MMAs are issued into one set before the previous block, in the
+// other set, is waited for and promoted, so the tensor cores run while the warpgroup
+// promotes. Otherwise each scale block's MMAs are waited for before its promotion (the
+// other warpgroups' MMAs fill part of that wait).
+template <int NWG, int WAVES, int STAGES, int OUT, int CL>
+__device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb,
+                                            const float* __restrict__ As,
+                                            const float* __restrict__ Bs, void* __restrict__ out,
+                                            float* __restrict__ ws,
+                                            const float* __restrict__ bias, int M, int N, int K,
+                                            int kbps, int splits) {
+    constexpr int BM = 64 * NWG * WAVES;
+    constexpr bool PIPE = WAVES == 1 && NWG <= 2;
+    constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
+    extern __shared__ u8 smem_raw[];
+    const u32 raw = smem_u32(smem_raw);
+    const u32 base = (raw + 1023u) & ~1023u;
+    const u32 sa = base, sb = base + STAGES * A_BYTES;
+    const u32 ssc = sb + STAGES * B_BYTES;
+    const u32 bars = ssc + STAGES * Sc<BM>::BYTES;  // full[STAGES], then empty[STAGES]
+    const float* scg = reinterpret_cast<const float*>(smem_raw + (ssc - raw));
+    const int Kb = (K + BK - 1) / BK;
+    const int Kbs = (K + SBK - 1) / SBK, nbs = (N + SBN - 1) / SBN;
+    const int num_m = (M + BM - 1) / BM, num_n = (N + BN - 1) / BN;
+    Sched sc;
+    sc.num_mc = (num_m + CL - 1) / CL;
+    sc.splits = splits;
+    sc.kbps = kbps;
+    sc.Kb = Kb;
+    sc.bm = BM;
+    sc.cl = CL;
+    sc.rank = CL > 1 ? (int)cluster_rank() : 0;
+    sc.first = blockIdx.x / CL;
+    sc.step = gridDim.x / CL;
+    sc.units = sc.num_mc * num_n * splits;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            // The TMA thread's expect_tx arrival and the scale warp's 32 lanes.
+            mbar_init(bars + 8 * s, 1 + 32);
+            // Every consumer warp of the cluster: the producers of all its CTAs write the
+            // stage's B tile (multicast).
+            mbar_init(bars + 8 * (STAGES + s), NWG * 4 * CL);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    // The peers' barriers are initialised before any multicast or remote arrival reaches them.
+    if constexpr (CL > 1) cluster_sync();
+
+    if (wg == 0) {
+        // Producer warpgroup: one thread issues every TMA load, warp 1 copies the scales.
+        if constexpr (NWG == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if constexpr (NWG == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 32;");
+        if (threadIdx.x == 0) {
+            asm volatile("prefetch.tensormap [%0];" ::"l"((u64)ta) : "memory");
+            asm volatile("prefetch.tensormap [%0];" ::"l"((u64)tb) : "memory");
+            u32 it = 0;
+            for (int u = sc.first; u < sc.units; u += sc.step) {
+                const Unit w = sc.at(u);
+                for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
+                    const u32 s = it % STAGES, ph = (it / STAGES) & 1;
+                    mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
+                    const u32 full = bars + 8 * s;
+                    mbar_expect_tx(full, A_BYTES + B_BYTES);
+                    tma_load_2d(sa + s * A_BYTES, ta, full, kb * BK, w.m0);
+                    if constexpr (CL == 1) {
+                        tma_load_2d(sb + s * B_BYTES, tb, full, kb * BK, w.nb * BN);
+                    } else {
+                        // This CTA's 1 / CL of the weight tile (`tb`'s box is BN / CL rows), to
+                        // every CTA of the cluster.
+                        const int part = BN / CL;
+                        tma_load_2d_mc(sb + s * B_BYTES + sc.rank * part * BK, tb, full, kb * BK,
+                                       w.nb * BN + sc.rank * part, (u16)((1u << CL) - 1));
+                    }
+                }
+            }
+        } else if (threadIdx.x / 32 == 1) {
+            stage_scales<BM, STAGES>(As, Bs, ssc, bars, M, Kbs, nbs, sc, threadIdx.x % 32);
+        }
+    } else {
+        math<NWG, WAVES, STAGES, OUT, CL>(sa, sb, scg, bars, sc, out, ws, bias, M, N, splits > 1);
+    }
+    // No CTA leaves while a peer may still multicast into it or arrive on its barriers.
+    if constexpr (CL > 1) cluster_sync();
+}
+
+#define HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, CL, ATTR)                               \
+    extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) ATTR                        \
         NAME(const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb,             \
              const float* As, const float* Bs, void* out, float* ws, const float* bias, int M,   \
              int N, int K, int kbps, int splits) {                                               \
-        hopper_gemm<NWG, WAVES, STAGES, OUT>(&ta, &tb, As, Bs, out, ws, bias, M, N, K, kbps,     \
-                                             splits);                                            \
+        hopper_gemm<NWG, WAVES, STAGES, OUT, CL>(&ta, &tb, As, Bs, out, ws, bias, M, N, K, kbps, \
+                                                 splits);                                        \
     }
+#define HOPPER_KERNEL(NAME, NWG, WAVES, STAGES, OUT) HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, 1, )
+// Clusters of two CTAs along M sharing (multicasting) the weight tile: the launch needs a
+// grid of an even size and `tb` with boxes of 64 rows.
+#define HOPPER_KERNEL_C2(NAME, NWG, WAVES, STAGES, OUT)                                           \
+    HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, 2, __cluster_dims__(2, 1, 1))
 
 // BM = 64: one math warpgroup, 24 KiB stages; BM = 128: two, 32 KiB stages; BM = 192: three
 // (160 registers each), 40 KiB stages; BM = 256: two warpgroups of two waves each, 48 KiB
@@ -370,6 +590,9 @@ HOPPER_KERNEL(hopper_gemm_bm64_bf16, 1, 1, 8, 2)
 HOPPER_KERNEL(hopper_gemm_bm128_f32, 2, 1, 6, 0)
 HOPPER_KERNEL(hopper_gemm_bm128_f16, 2, 1, 6, 1)
 HOPPER_KERNEL(hopper_gemm_bm128_bf16, 2, 1, 6, 2)
+HOPPER_KERNEL_C2(hopper_gemm_bm128c2_f32, 2, 1, 6, 0)
+HOPPER_KERNEL_C2(hopper_gemm_bm128c2_f16, 2, 1, 6, 1)
+HOPPER_KERNEL_C2(hopper_gemm_bm128c2_bf16, 2, 1, 6, 2)
 #if SBK >= 64
 HOPPER_KERNEL(hopper_gemm_bm192_f32, 3, 1, 5, 0)
 HOPPER_KERNEL(hopper_gemm_bm192_f16, 3, 1, 5, 1)
@@ -377,6 +600,9 @@ HOPPER_KERNEL(hopper_gemm_bm192_bf16, 3, 1, 5, 2)
 HOPPER_KERNEL(hopper_gemm_bm256_f32, 2, 2, 4, 0)
 HOPPER_KERNEL(hopper_gemm_bm256_f16, 2, 2, 4, 1)
 HOPPER_KERNEL(hopper_gemm_bm256_bf16, 2, 2, 4, 2)
+HOPPER_KERNEL_C2(hopper_gemm_bm256c2_f32, 2, 2, 4, 0)
+HOPPER_KERNEL_C2(hopper_gemm_bm256c2_f16, 2, 2, 4, 1)
+HOPPER_KERNEL_C2(hopper_gemm_bm256c2_bf16, 2, 2, 4, 2)
 #endif
 
 // Split-K epilogue: out = sum over splits of ws[s] (+ bias), converted to the output dtype.
