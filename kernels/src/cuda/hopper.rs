@@ -124,7 +124,8 @@ impl HopperBlockFp8 {
     /// `process_weights`).
     ///
     /// A `tile_rows` option other than 64, 128, 192 or 256 (192 and 256 need weight blocks of
-    /// at least 64 columns along K) is [`KernelError::Backend`] naming the heights it has.
+    /// at least 64 columns along K) is [`KernelError::Backend`] naming the heights it has; so
+    /// is a `cluster` option other than 1 or 2.
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         let tile_rows = ctx.options().tile_rows.map(usize::from);
         let cluster = ctx.options().cluster.map(usize::from);
@@ -598,6 +599,19 @@ mod tests {
         for rows in [64, 128, 192, 256] {
             let e = build(&c, rows).map(|e| e.to_string()).unwrap_or_default();
             assert!(!e.contains("tile_rows"), "{rows}: {e}");
+        }
+        // Cluster sizes: 1 and 2 pass, others are refused by name.
+        let cluster = |ctas: u16| {
+            let options = KernelOptions::none().cluster(ctas);
+            HopperBlockFp8::new(&BuildCtx::new(&c, &device, &options))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = cluster(4);
+        assert!(e.contains("cluster 4") && e.contains("1 or 2"), "{e}");
+        for ctas in [1, 2] {
+            assert!(!cluster(ctas).contains("cluster"), "{ctas}");
         }
     }
 
