@@ -185,7 +185,7 @@ impl Fp8Linear {
             .explain(target.device(), &c, &options.overrides)
             .map_err(|e| layer_error(&name, Problem::Build(fp8_linear::LinearError::Select(e))))?;
         Ok(Fp8Linear {
-            kernel: linear.entry().name,
+            kernel: linear.plan().ranges.last().map_or("", |r| r.entry.name),
             state: Mutex::new(State {
                 linear,
                 #[cfg(feature = "cuda")]
@@ -200,7 +200,9 @@ impl Fp8Linear {
         })
     }
 
-    /// The kernel that runs the layer (`CpuFp8Gemm`, `HopperBlockFp8`, ...).
+    /// The kernel that runs calls of many rows (`CpuFp8Gemm`, `CublasLtBlockFp8`, ...): the
+    /// last range of the layer's plan. [`Fp8Linear::explanation`] has the whole plan (on an
+    /// H200 the decode kernel takes M = 1).
     pub fn kernel_name(&self) -> &'static str {
         self.kernel
     }
@@ -225,10 +227,13 @@ impl Fp8Linear {
             };
             s += &format!("{mark} {:<22} {}\n", c.entry.name, c.verdict);
         }
-        if let Some((name, v)) = &ex.force_rejected {
+        if let Some((name, v)) = ex.force_rejected() {
             s += &format!("forced kernel {name} {v}; fell back to the table order\n");
         }
-        s += &format!("chosen: {}", self.kernel);
+        match &ex.plan {
+            Some(plan) => s += &format!("plan: {plan}"),
+            None => s += &format!("chosen: {}", self.kernel),
+        }
         s
     }
 

@@ -304,11 +304,12 @@ fn explains_its_kernel() {
     assert!(ex.contains("CPU_BLOCK"), "{ex}");
     assert!(ex.contains(PREFIX), "{ex}");
     assert_eq!(layer.name(), PREFIX);
-    let chosen = layer.explanation().chosen.expect("a kernel was chosen");
-    assert_eq!(
-        layer.explanation().candidates[chosen].entry.name,
-        layer.kernel_name()
-    );
+    let chosen = layer
+        .explanation()
+        .chosen_for(1)
+        .expect("a kernel was chosen");
+    assert_eq!(chosen.name, layer.kernel_name());
+    assert!(ex.contains("plan: M = 1..: CpuFp8Gemm"), "{ex}");
     // Forcing the reference kernel through the options.
     let opts = fp8_linear::Options {
         overrides: fp8_linear::Overrides::none().force("CpuReference"),

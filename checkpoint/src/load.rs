@@ -71,7 +71,7 @@ impl Checkpoint {
     /// let target = Target::best_available(); // GPU 0 if usable, else the CPU
     /// let ck = Checkpoint::open("path/to/checkpoint")?;
     /// let down = ck.linear(&target, "model.layers.0.mlp.down_proj", &Options::from_env()?)?;
-    /// println!("{} runs {}", down.config(), down.entry().name);
+    /// println!("{} runs {}", down.config(), down.plan());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn linear(
@@ -223,7 +223,7 @@ mod tests {
         let target = Target::cpu();
         let name = "model.layers.0.mlp.down_proj";
         let mut down = ck.linear(&target, name, &Options::none()).unwrap();
-        assert_eq!(down.entry().name, "CpuFp8Gemm");
+        assert_eq!(down.plan().to_string(), "M = 1..: CpuFp8Gemm");
         assert_eq!((down.config().n, down.config().k), (256, 688));
         assert_eq!(down.config().input_dtype, DType::Bf16);
         check_against_reference(&ck, name, &mut down, 3);

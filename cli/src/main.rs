@@ -68,6 +68,10 @@ enum Command {
         device: String,
         #[command(flatten)]
         layer: LayerArgs,
+        /// Rows of calls to show the kernel of, comma separated (`-m 1,16,4096`): a layer's
+        /// plan gives each range of M its own kernel.
+        #[arg(short = 'm', long = "m", value_delimiter = ',', value_parser = parse_m)]
+        ms: Vec<usize>,
         #[command(flatten)]
         overrides: OverrideArgs,
     },
@@ -246,9 +250,16 @@ impl SweepArgs {
                 Some(b)
             }
             Some(None) => Some(
-                place::choose(&BUILTIN, &place, &config, None, &options.overrides)?
-                    .entry
-                    .name,
+                place::choose(
+                    &BUILTIN,
+                    &place,
+                    &config,
+                    usize::MAX,
+                    None,
+                    &options.overrides,
+                )?
+                .entry
+                .name,
             ),
         };
         sizes::check_layer(what, &config, &ms)?;
@@ -332,6 +343,7 @@ fn run(cli: &Cli) -> Result<ExitCode, CliError> {
         Command::Explain {
             device,
             layer,
+            ms,
             overrides,
         } => {
             let options = overrides.options(&env)?;
@@ -342,11 +354,11 @@ fn run(cli: &Cli) -> Result<ExitCode, CliError> {
                 .explain(device, &config, &options.overrides)
                 .map_err(error::select_error)?;
             if cli.json {
-                println!("{:#}", explain::render_json(device, &config, &ex));
+                println!("{:#}", explain::render_json(device, &config, &ex, ms));
             } else {
-                print!("{}", explain::render_text(device, &config, &ex));
+                print!("{}", explain::render_text(device, &config, &ex, ms));
             }
-            Ok(if ex.chosen.is_some() {
+            Ok(if ex.plan.is_some() {
                 ExitCode::SUCCESS
             } else {
                 Kind::NoKernel.exit()

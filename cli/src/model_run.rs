@@ -154,7 +154,7 @@ fn run_layer(
         .layer_tensors(l)
         .map_err(crate::error::checkpoint_error)?;
     let t = Instant::now();
-    let choice = match choose(registry, place, &c, None, &options.overrides) {
+    let choice = match choose(registry, place, &c, m, None, &options.overrides) {
         Ok(choice) => choice,
         Err(e) => {
             res.kernel = Err(e.message);
@@ -162,8 +162,8 @@ fn run_layer(
         }
     };
     res.force_note = choice.force_note;
-    let built = Linear::with_entry(
-        choice.entry,
+    let built = Linear::with_plan(
+        choice.plan,
         &place.target,
         &c,
         &tensors.view(),
@@ -178,7 +178,7 @@ fn run_layer(
         }
     };
     res.load_seconds = t.elapsed().as_secs_f64();
-    res.kernel = Ok(linear.entry().name);
+    res.kernel = Ok(linear.entry_for(m).expect("the plan serves every M").name);
     // The sizes were checked against memory before the first layer ran.
     let x = random_activations(&c, m)?;
     let mut out = try_filled("output", m.saturating_mul(c.n), f32::NAN)?;
@@ -196,7 +196,7 @@ fn run_layer(
             times.push(secs);
         }
     }
-    let refr = Reference::for_kernel(linear.entry(), &c);
+    let refr = Reference::for_kernel(linear.entry_for(m).expect("the plan serves every M"), &c);
     drop(linear);
     times.sort_by(f64::total_cmp);
     res.seconds = times[times.len() / 2];

@@ -109,20 +109,20 @@ pub fn check_overrides(registry: &Registry, ov: &Overrides) -> Result<(), CliErr
         kernel(
             registry,
             name,
-            source_name(*src, "--force", fp8_linear::select::ENV_FORCE),
+            source_name(*src, "--force", fp8_linear::options::ENV_FORCE),
         )?;
     }
     for (name, src) in &ov.disabled {
         kernel(
             registry,
             name,
-            source_name(*src, "--disable", fp8_linear::select::ENV_DISABLE),
+            source_name(*src, "--disable", fp8_linear::options::ENV_DISABLE),
         )?;
     }
     if let Some((name, src)) = &ov.backend {
         let known = backend_names(registry);
         if !known.iter().any(|b| b.eq_ignore_ascii_case(name)) {
-            let source = source_name(*src, "--backend", fp8_linear::select::ENV_BACKEND);
+            let source = source_name(*src, "--backend", fp8_linear::options::ENV_BACKEND);
             return Err(unknown("backend", name, source, &known));
         }
     }

@@ -5,7 +5,8 @@
 
 use clap::Args;
 use fp8_linear::{
-    Device, KernelEntry, LayerConfig, Overrides, Platform, Registry, Target, TuningFile, Verdict,
+    Device, KernelEntry, LayerConfig, Overrides, Plan, Platform, Registry, Target, Tuned,
+    TuningFile, Verdict,
 };
 
 use crate::error::CliError;
@@ -120,38 +121,53 @@ impl Place {
     }
 }
 
-/// The kernel chosen for a layer, and, when a forced kernel could not be used, why and what
-/// ran instead.
+/// The plan made for a layer (a kernel per range of M), the kernel of the M a run uses,
+/// and, when a forced kernel could not be used, why and what ran instead.
 pub struct Choice {
-    /// The chosen kernel.
+    /// The layer's plan: what `Linear::with_plan` builds.
+    pub plan: Plan,
+    /// The plan's kernel for the run's M.
     pub entry: &'static KernelEntry,
     /// "forced kernel X (why it cannot run here); fell back to Y", when a kernel was forced
-    /// and another was chosen.
+    /// and the plan does not use it.
     pub force_note: Option<String>,
 }
 
-/// Selects the kernel for `config` on the place's device from `registry`: a measured
-/// autotune winner first when `tuned` gives the rows and the file, then the static order.
+/// Plans `config` on the place's device from `registry` (measured autotune winners first
+/// where `tuning` has them, then the static order) and names the plan's kernel for calls of
+/// `m` rows.
 pub fn choose(
     registry: &Registry,
     place: &Place,
     config: &LayerConfig,
-    tuned: Option<(usize, &TuningFile)>,
+    m: usize,
+    tuning: Option<&TuningFile>,
     ov: &Overrides,
 ) -> Result<Choice, CliError> {
     let device = place.device();
-    let selected = match tuned {
-        Some((m, tuning)) => {
+    let plan = match tuning {
+        Some(file) => {
             let key = fp8_linear::tuning::device_key(device);
-            registry.select_tuned(device, &key, config, m, tuning, ov)
+            let tuned = Tuned {
+                device_key: &key,
+                file,
+            };
+            registry.plan_tuned(device, config, tuned, ov)
         }
-        None => registry.select(device, config, ov),
+        None => registry.plan(device, config, ov),
     }
     .map_err(crate::error::select_error)?;
-    let entry = selected.entry;
+    let entry = plan
+        .entry_for(m.max(1))
+        .ok_or_else(|| CliError::runtime(format!("the plan ({plan}) has no kernel for M = {m}")))?;
     let force_note = match &ov.force {
-        Some((name, _)) if !name.eq_ignore_ascii_case(entry.name) => {
-            let why = match selected.force_rejected {
+        Some((name, _))
+            if !plan
+                .kernels()
+                .iter()
+                .any(|e| e.name.eq_ignore_ascii_case(name)) =>
+        {
+            let why = match plan.force_rejected {
                 Some((n, v)) => format!("{n} {v}"),
                 None => not_in_table(registry, place, config, name),
             };
@@ -159,7 +175,11 @@ pub fn choose(
         }
         _ => None,
     };
-    Ok(Choice { entry, force_note })
+    Ok(Choice {
+        plan,
+        entry,
+        force_note,
+    })
 }
 
 /// Why a forced kernel that is not in the device's table for the layer was not considered.

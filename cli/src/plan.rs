@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use fp8_linear::{tables::BUILTIN, Device, LayerConfig, Options, Overrides};
+use fp8_linear::{tables::BUILTIN, Device, LayerConfig, Options, Overrides, Plan as LayerPlan};
 use fp8_linear_checkpoint::Checkpoint;
 use serde_json::{json, Value};
 
@@ -53,8 +53,9 @@ struct Group {
     layers: Vec<String>,
     weight_bytes: usize,
     scale_bytes: usize,
-    /// Per device: the kernel, or the full reason no kernel fits.
-    choices: Vec<Result<&'static str, String>>,
+    /// Per device: the layer's plan (a kernel per range of M), or the full reason some M
+    /// has no kernel.
+    choices: Vec<Result<LayerPlan, String>>,
 }
 
 struct Plan {
@@ -74,12 +75,7 @@ fn build(ck: &Checkpoint, devices: Vec<(String, Device)>, ov: &Overrides) -> Pla
                 scale_bytes: 0,
                 choices: devices
                     .iter()
-                    .map(|(_, d)| {
-                        BUILTIN
-                            .select(d, &l.config, ov)
-                            .map(|s| s.entry.name)
-                            .map_err(|e| e.to_string())
-                    })
+                    .map(|(_, d)| BUILTIN.plan(d, &l.config, ov).map_err(|e| e.to_string()))
                     .collect(),
             });
             groups.len() - 1
@@ -100,12 +96,18 @@ impl Plan {
         let mut per_kernel: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
         let mut unserved = (0, 0);
         for g in &self.groups {
-            let slot = match g.choices[d] {
-                Ok(k) => per_kernel.entry(k).or_default(),
-                Err(_) => &mut unserved,
+            let add = |slot: &mut (usize, usize)| {
+                slot.0 += g.layers.len();
+                slot.1 += g.weight_bytes;
             };
-            slot.0 += g.layers.len();
-            slot.1 += g.weight_bytes;
+            // A layer counts for every kernel of its plan.
+            match &g.choices[d] {
+                Ok(p) => p
+                    .kernels()
+                    .iter()
+                    .for_each(|e| add(per_kernel.entry(e.name).or_default())),
+                Err(_) => add(&mut unserved),
+            }
         }
         (per_kernel, unserved)
     }
@@ -114,6 +116,29 @@ impl Plan {
         self.groups
             .iter()
             .all(|g| g.choices.iter().all(|c| c.is_ok()))
+    }
+}
+
+/// A layer's plan as JSON: `kernel` (the kernel of calls of many rows), `plan` (each range
+/// of M and its kernel), `error` null.
+pub fn plan_json(p: &LayerPlan) -> Value {
+    json!({
+        "kernel": p.entry_for(usize::MAX).map(|e| e.name),
+        "plan": p.ranges.iter().map(|r| json!({
+            "first": r.rows.first(),
+            "last": (!r.rows.is_unbounded()).then(|| r.rows.last()),
+            "kernel": r.entry.name,
+        })).collect::<Vec<_>>(),
+        "error": null,
+    })
+}
+
+/// `CpuFp8Gemm` for a plan of one kernel for every M, else the plan's ranges
+/// (`M = 1: DecodeBlockFp8; M = 2..: CublasLtBlockFp8`).
+pub fn plan_text(p: &LayerPlan) -> String {
+    match p.ranges.as_slice() {
+        [only] if only.rows == fp8_linear::RowRange::ALL => only.entry.name.to_string(),
+        _ => p.to_string(),
     }
 }
 
@@ -171,7 +196,7 @@ fn render_text(ck: &Checkpoint, plan: &Plan) -> String {
         );
         for ((name, _), c) in plan.devices.iter().zip(&g.choices) {
             match c {
-                Ok(k) => s += &format!("    {name:<w$} -> {k}\n"),
+                Ok(p) => s += &format!("    {name:<w$} -> {}\n", plan_text(p)),
                 Err(e) => {
                     s += &format!("    {name:<w$} -> NO KERNEL:\n");
                     s += &indent(e, &" ".repeat(w + 10));
@@ -229,7 +254,7 @@ fn render_json(ck: &Checkpoint, plan: &Plan) -> Value {
             "weight_bytes": g.weight_bytes,
             "scale_bytes": g.scale_bytes,
             "kernels": plan.devices.iter().zip(&g.choices).map(|((n, _), c)| (n.clone(), match c {
-                Ok(k) => json!({"kernel": k, "error": null}),
+                Ok(p) => plan_json(p),
                 Err(e) => json!({"kernel": null, "error": e}),
             })).collect::<serde_json::Map<String, Value>>(),
         })).collect::<Vec<_>>(),

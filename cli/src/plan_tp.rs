@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 
 use fp8_linear::tables::BUILTIN;
 use fp8_linear::tensor_parallel::{shard, Shard, ShardError, Split};
-use fp8_linear::{Device, Overrides};
+use fp8_linear::{Device, Overrides, Plan as LayerPlan};
 use fp8_linear_checkpoint::Checkpoint;
 use serde_json::{json, Value};
 
-use crate::plan::bytes;
+use crate::plan::{bytes, plan_json, plan_text};
 
 /// One layer of the plan: its split and its shards (or why it cannot be split).
 pub struct TpLayer {
@@ -26,7 +26,7 @@ pub struct TpLayer {
 /// One shard and, per device, the kernel or the reason none fits.
 pub struct TpShard {
     shard: Shard,
-    choices: Vec<Result<&'static str, String>>,
+    choices: Vec<Result<LayerPlan, String>>,
 }
 
 impl TpShard {
@@ -56,12 +56,7 @@ pub fn build(ck: &Checkpoint, tp: usize, devices: Vec<(String, Device)>, ov: &Ov
                     .map(|s| TpShard {
                         choices: devices
                             .iter()
-                            .map(|(_, d)| {
-                                BUILTIN
-                                    .select(d, &s.config, ov)
-                                    .map(|x| x.entry.name)
-                                    .map_err(|e| e.to_string())
-                            })
+                            .map(|(_, d)| BUILTIN.plan(d, &s.config, ov).map_err(|e| e.to_string()))
                             .collect(),
                         shard: s,
                     })
@@ -95,12 +90,18 @@ impl TpPlan {
             match &l.shards {
                 Ok(shards) => {
                     let s = &shards[rank];
-                    let slot = match s.choices[d] {
-                        Ok(k) => per_kernel.entry(k).or_default(),
-                        Err(_) => &mut unserved,
+                    let add = |slot: &mut (usize, usize)| {
+                        slot.0 += 1;
+                        slot.1 += s.weight_bytes();
                     };
-                    slot.0 += 1;
-                    slot.1 += s.weight_bytes();
+                    // A shard counts for every kernel of its plan.
+                    match &s.choices[d] {
+                        Ok(p) => p
+                            .kernels()
+                            .iter()
+                            .for_each(|e| add(per_kernel.entry(e.name).or_default())),
+                        Err(_) => add(&mut unserved),
+                    }
                 }
                 Err(_) => {
                     unserved.0 += 1;
@@ -165,7 +166,7 @@ impl TpPlan {
                 }
                 for ((name, _), c) in self.devices.iter().zip(&sh.choices) {
                     match c {
-                        Ok(k) => s += &format!("    {name:<w$} -> {k}\n"),
+                        Ok(p) => s += &format!("    {name:<w$} -> {}\n", plan_text(p)),
                         Err(e) => {
                             let first = e.lines().next().unwrap_or("");
                             s += &format!("    {name:<w$} -> NO KERNEL: {first}\n");
@@ -205,7 +206,7 @@ impl TpPlan {
 
     /// The plan as JSON.
     pub fn render_json(&self) -> Value {
-        let kernels = |choices: &[Result<&'static str, String>]| {
+        let kernels = |choices: &[Result<LayerPlan, String>]| {
             self.devices
                 .iter()
                 .zip(choices)
@@ -213,7 +214,7 @@ impl TpPlan {
                     (
                         n.clone(),
                         match c {
-                            Ok(k) => json!({"kernel": k, "error": null}),
+                            Ok(p) => plan_json(p),
                             Err(e) => json!({"kernel": null, "error": e}),
                         },
                     )

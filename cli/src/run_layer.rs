@@ -339,16 +339,10 @@ pub fn run_random(
     tuning: &TuningFile,
     exec: &mut dyn Executor,
 ) -> Result<RunReport, CliError> {
-    let choice = choose(
-        registry,
-        place,
-        config,
-        Some((m, tuning)),
-        &options.overrides,
-    )?;
+    let choice = choose(registry, place, config, m, Some(tuning), &options.overrides)?;
     let rw = RandomWeights::new(config)?;
-    let mut linear = Linear::with_entry(
-        choice.entry,
+    let mut linear = Linear::with_plan(
+        choice.plan,
         &place.target,
         config,
         &rw.weights(),
@@ -368,7 +362,10 @@ pub fn run_random(
     }
     times.sort_by(f64::total_cmp);
     let rows: Vec<usize> = sample_rows(m);
-    let refr = Reference::for_kernel(linear.entry(), config);
+    let refr = Reference::for_kernel(
+        linear.entry_for(m).expect("the plan serves every M"),
+        config,
+    );
     let want = reference_rows(
         &refr.config,
         &x,
@@ -379,7 +376,7 @@ pub fn run_random(
     );
     let got = gather_rows(&out, config.n, &rows);
     Ok(RunReport {
-        kernel: linear.entry().name,
+        kernel: linear.entry_for(m).expect("the plan serves every M").name,
         device: place.device().to_string(),
         reference: refr.label,
         rows_checked: rows.len(),

@@ -378,7 +378,14 @@ fn run_layer(
             .weights(&c, tensors.weight, &tensors.scales, tensors.bias.as_deref())
             .map_err(bad)?;
         let st = shard_tensors(s, &w, &tensors);
-        let choice = match choose(run.registry, place, &s.config, None, &run.options.overrides) {
+        let choice = match choose(
+            run.registry,
+            place,
+            &s.config,
+            m,
+            None,
+            &run.options.overrides,
+        ) {
             Ok(choice) => choice,
             Err(e) => {
                 r.kernel = Err(e.message);
@@ -387,8 +394,8 @@ fn run_layer(
             }
         };
         r.kernel = Ok(choice.entry.name);
-        let built = Linear::with_entry(
-            choice.entry,
+        let built = Linear::with_plan(
+            choice.plan,
             &place.target,
             &s.config,
             &st.view(),
@@ -425,7 +432,10 @@ fn run_layer(
         r.nan_outputs = count_nan(&part);
         s.gather(&part, m, &mut out, c.n).map_err(bad)?;
         if check {
-            let refr = Reference::for_kernel(linear.entry(), &s.config);
+            let refr = Reference::for_kernel(
+                linear.entry_for(m).expect("the plan serves every M"),
+                &s.config,
+            );
             let part_want = reference_rows(&refr.config, &st, &xs, &rows)
                 .map_err(|e| CliError::runtime(format!("layer {}: {e}", l.name)))?;
             s.gather(&part_want, rows.len(), &mut want, c.n)

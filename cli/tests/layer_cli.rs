@@ -63,6 +63,50 @@ fn explain_a100_block_layer_gives_every_candidate_a_verdict() {
     assert!(t.contains("chosen: MarlinFp8"), "{t}");
 }
 
+/// The H200 plan per M (`-m LIST`): the decode kernel at M = 1, cuBLASLt block-scaled
+/// above; with cuBLASLt disabled, no M runs it.
+#[cfg(feature = "cuda")]
+#[test]
+fn explain_h200_prints_a_kernel_per_m_and_disable_acts_on_every_range() {
+    let args = ["explain", "--device", "h200", "-m", "1,16,4096"];
+    let o = bin(&args, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = text(&o);
+    for line in [
+        "M = 1: DecodeBlockFp8",
+        "M = 16: CublasLtBlockFp8",
+        "M = 4096: CublasLtBlockFp8",
+        "chosen: DecodeBlockFp8 (M = 1), CublasLtBlockFp8 (M = 2..)",
+    ] {
+        assert!(t.contains(line), "{line:?} missing:\n{t}");
+    }
+    let v = json(&bin(&[&args[..], &["--json"]].concat(), &[]));
+    let per_m: Vec<(u64, &str)> = v["per_m"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["m"].as_u64().unwrap(), x["kernel"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        per_m,
+        [
+            (1, "DecodeBlockFp8"),
+            (16, "CublasLtBlockFp8"),
+            (4096, "CublasLtBlockFp8")
+        ]
+    );
+    assert_eq!(v["plan"][0]["last"], 1, "{v:#}");
+    assert_eq!(v["plan"][1]["last"], serde_json::Value::Null, "{v:#}");
+    let disabled = [&args[..], &["--disable", "CublasLtBlockFp8"]].concat();
+    let t = text(&bin(&disabled, &[]));
+    assert!(!t.contains("M = 16: CublasLtBlockFp8"), "{t}");
+    assert!(t.contains("M = 16: HopperBlockFp8"), "{t}");
+    assert!(t.contains("M = 4096: HopperBlockFp8"), "{t}");
+    // The environment's disable list acts the same.
+    let t = text(&bin(&args, &[("FP8_LINEAR_DISABLE", "CublasLtBlockFp8")]));
+    assert!(!t.contains(": CublasLtBlockFp8"), "{t}");
+}
+
 #[cfg(not(feature = "cuda"))]
 #[test]
 fn explain_a100_without_cuda_says_there_is_no_cuda_table() {

@@ -4,11 +4,13 @@
 
 use std::any::Any;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::config::LayerConfig;
 use crate::device::Device;
 use crate::error::KernelError;
 use crate::options::KernelOptions;
+use crate::shared::SharedWeights;
 
 /// The build context of one layer. Made by the facade (`fp8_linear::Target`) or by hand for
 /// a kernel built without selection.
@@ -18,6 +20,7 @@ pub struct BuildCtx<'a> {
     device: &'a Device,
     options: &'a KernelOptions,
     runtime: Option<&'a (dyn Any + Send + Sync)>,
+    shared: Option<&'a Arc<SharedWeights>>,
 }
 
 impl<'a> BuildCtx<'a> {
@@ -29,7 +32,20 @@ impl<'a> BuildCtx<'a> {
             device,
             options,
             runtime: None,
+            shared: None,
         }
+    }
+
+    /// Attaches the layer's store of weight copies, which the layer's kernels share (see
+    /// [`SharedWeights`]); without one a kernel keeps its own copy.
+    pub fn with_shared(mut self, shared: &'a Arc<SharedWeights>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// The layer's store of weight copies, if the context has one.
+    pub fn shared(&self) -> Option<&'a Arc<SharedWeights>> {
+        self.shared
     }
 
     /// Attaches the device's runtime handle (for CUDA: `Arc<fp8_linear_cuda::Gpu>`, the
@@ -85,6 +101,7 @@ impl fmt::Debug for BuildCtx<'_> {
             .field("device", self.device)
             .field("options", self.options)
             .field("runtime", &self.runtime.is_some())
+            .field("shared", &self.shared.is_some())
             .finish()
     }
 }

@@ -1,8 +1,9 @@
 //! Errors kernels return: each names the problem (shape, dtype, scale layout, alignment,
 //! device) and the tensor it concerns.
 
+use std::fmt;
+
 use crate::dtype::DType;
-use crate::kernel::Unsupported;
 
 /// An error from constructing a kernel, processing weights or applying a layer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -191,5 +192,43 @@ impl KernelError {
             kernel,
             detail: detail.to_string(),
         }
+    }
+}
+
+/// Why a kernel cannot implement a layer config. Small and `Copy` so that selection never
+/// allocates, even when it walks past kernels that reject the layer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported {
+    /// The reason, as a fixed sentence fragment ("N must be a multiple of 64").
+    pub reason: &'static str,
+    /// An optional offending value, printed as `(name = value)`.
+    pub value: Option<(&'static str, u64)>,
+}
+
+impl Unsupported {
+    /// A reason with no value.
+    pub const fn new(reason: &'static str) -> Self {
+        Unsupported {
+            reason,
+            value: None,
+        }
+    }
+
+    /// Attaches the offending value.
+    pub const fn with(self, name: &'static str, value: u64) -> Self {
+        Unsupported {
+            reason: self.reason,
+            value: Some((name, value)),
+        }
+    }
+}
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.reason)?;
+        if let Some((name, v)) = self.value {
+            write!(f, " (got {name} = {v})")?;
+        }
+        Ok(())
     }
 }

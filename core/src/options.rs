@@ -4,6 +4,90 @@
 
 use crate::arch::Capability;
 
+/// Environment variable naming a kernel to force (first choice when it can run).
+pub const ENV_FORCE: &str = "FP8_LINEAR_FORCE";
+/// Environment variable with a comma-separated list of kernel names to disable.
+pub const ENV_DISABLE: &str = "FP8_LINEAR_DISABLE";
+/// Environment variable restricting selection to one backend family (`cublaslt`, `cpu`...).
+pub const ENV_BACKEND: &str = "FP8_LINEAR_BACKEND";
+
+/// Where an override came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum OverrideSource {
+    /// Set through the API.
+    Api,
+    /// Read from an environment variable.
+    Env,
+}
+
+/// User overrides of the static order. Build once (e.g. [`Overrides::from_env`]) and reuse:
+/// `select` itself never reads the environment and never allocates on success.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// Kernel to try first, by name (case-insensitive).
+    pub force: Option<(String, OverrideSource)>,
+    /// Kernels never to pick, by name (case-insensitive).
+    pub disabled: Vec<(String, OverrideSource)>,
+    /// Only kernels of this backend family (`cpu`, `cublaslt`, `portable`, `marlin`...).
+    pub backend: Option<(String, OverrideSource)>,
+}
+
+impl Overrides {
+    /// No overrides.
+    pub fn none() -> Self {
+        Overrides::default()
+    }
+
+    /// Reads [`ENV_FORCE`], [`ENV_DISABLE`] and [`ENV_BACKEND`].
+    pub fn from_env() -> Self {
+        let mut o = Overrides::default();
+        if let Ok(v) = std::env::var(ENV_FORCE) {
+            if !v.trim().is_empty() {
+                o.force = Some((v.trim().to_string(), OverrideSource::Env));
+            }
+        }
+        if let Ok(v) = std::env::var(ENV_DISABLE) {
+            o.disabled.extend(
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| (s.to_string(), OverrideSource::Env)),
+            );
+        }
+        if let Ok(v) = std::env::var(ENV_BACKEND) {
+            if !v.trim().is_empty() {
+                o.backend = Some((v.trim().to_string(), OverrideSource::Env));
+            }
+        }
+        o
+    }
+
+    /// Forces a kernel by name.
+    pub fn force(mut self, name: impl Into<String>) -> Self {
+        self.force = Some((name.into(), OverrideSource::Api));
+        self
+    }
+
+    /// Disables a kernel by name.
+    pub fn disable(mut self, name: impl Into<String>) -> Self {
+        self.disabled.push((name.into(), OverrideSource::Api));
+        self
+    }
+
+    /// Restricts selection to one backend family.
+    pub fn backend(mut self, backend: impl Into<String>) -> Self {
+        self.backend = Some((backend.into(), OverrideSource::Api));
+        self
+    }
+
+    pub(crate) fn disabled_by(&self, name: &str) -> Option<OverrideSource> {
+        self.disabled
+            .iter()
+            .find(|(d, _)| d.eq_ignore_ascii_case(name))
+            .map(|(_, s)| *s)
+    }
+}
+
 /// Environment variable capping the K splits of split-K kernels (1..=16).
 pub const ENV_MAX_SPLITS: &str = "FP8_LINEAR_MAX_SPLITS";
 /// Environment variable naming an older compute capability to compile kernels for
@@ -143,7 +227,7 @@ fn env(var: &str) -> Option<String> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Options {
     /// Selection overrides (force, disable, backend).
-    pub overrides: crate::select::Overrides,
+    pub overrides: Overrides,
     /// Kernel knobs.
     pub kernel: KernelOptions,
 }
@@ -154,17 +238,17 @@ impl Options {
         Options::default()
     }
 
-    /// [`Overrides::from_env`](crate::select::Overrides::from_env) and
+    /// [`Overrides::from_env`] and
     /// [`KernelOptions::from_env`].
     pub fn from_env() -> Result<Self, OptionsError> {
         Ok(Options {
-            overrides: crate::select::Overrides::from_env(),
+            overrides: Overrides::from_env(),
             kernel: KernelOptions::from_env()?,
         })
     }
 
     /// With these overrides.
-    pub fn with_overrides(mut self, overrides: crate::select::Overrides) -> Self {
+    pub fn with_overrides(mut self, overrides: Overrides) -> Self {
         self.overrides = overrides;
         self
     }
@@ -176,8 +260,8 @@ impl Options {
     }
 }
 
-impl From<crate::select::Overrides> for Options {
-    fn from(overrides: crate::select::Overrides) -> Self {
+impl From<Overrides> for Options {
+    fn from(overrides: Overrides) -> Self {
         Options {
             overrides,
             kernel: KernelOptions::default(),

@@ -1,7 +1,9 @@
 //! Selection: walk a table in priority order, return the first kernel whose platform and
-//! arch match the device and whose config check accepts the layer. [`Table::select`] and
-//! [`Registry::select`] pick; `explain` returns every verdict; `select_tuned` puts a
-//! measured winner first.
+//! arch match the device, whose rows hold the call's M and whose config check accepts the
+//! layer. [`Table::plan`] gives a layer its kernel per range of M (the [`Plan`] a
+//! `Linear` runs); [`Table::select_m`] picks for one M and [`Table::select`] for calls of
+//! many rows; `explain` returns every verdict; the `_tuned` forms put a measured winner
+//! first.
 
 use std::fmt;
 
@@ -9,94 +11,13 @@ use crate::arch::{ArchSpec, Capability};
 use crate::config::LayerConfig;
 use crate::device::Device;
 use crate::entry::KernelEntry;
-use crate::kernel::Unsupported;
+use crate::error::Unsupported;
+use crate::options::{OverrideSource, Overrides, ENV_DISABLE};
+use crate::plan::Plan;
 use crate::platform::Platform;
+use crate::rows::RowRange;
 use crate::table::{Registry, Table};
 use crate::tuning::TuningFile;
-
-/// Environment variable naming a kernel to force (first choice when it can run).
-pub const ENV_FORCE: &str = "FP8_LINEAR_FORCE";
-/// Environment variable with a comma-separated list of kernel names to disable.
-pub const ENV_DISABLE: &str = "FP8_LINEAR_DISABLE";
-/// Environment variable restricting selection to one backend family (`cublaslt`, `cpu`...).
-pub const ENV_BACKEND: &str = "FP8_LINEAR_BACKEND";
-
-/// Where an override came from.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum OverrideSource {
-    /// Set through the API.
-    Api,
-    /// Read from an environment variable.
-    Env,
-}
-
-/// User overrides of the static order. Build once (e.g. [`Overrides::from_env`]) and reuse:
-/// `select` itself never reads the environment and never allocates on success.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Overrides {
-    /// Kernel to try first, by name (case-insensitive).
-    pub force: Option<(String, OverrideSource)>,
-    /// Kernels never to pick, by name (case-insensitive).
-    pub disabled: Vec<(String, OverrideSource)>,
-    /// Only kernels of this backend family (`cpu`, `cublaslt`, `portable`, `marlin`...).
-    pub backend: Option<(String, OverrideSource)>,
-}
-
-impl Overrides {
-    /// No overrides.
-    pub fn none() -> Self {
-        Overrides::default()
-    }
-
-    /// Reads [`ENV_FORCE`], [`ENV_DISABLE`] and [`ENV_BACKEND`].
-    pub fn from_env() -> Self {
-        let mut o = Overrides::default();
-        if let Ok(v) = std::env::var(ENV_FORCE) {
-            if !v.trim().is_empty() {
-                o.force = Some((v.trim().to_string(), OverrideSource::Env));
-            }
-        }
-        if let Ok(v) = std::env::var(ENV_DISABLE) {
-            o.disabled.extend(
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(|s| (s.to_string(), OverrideSource::Env)),
-            );
-        }
-        if let Ok(v) = std::env::var(ENV_BACKEND) {
-            if !v.trim().is_empty() {
-                o.backend = Some((v.trim().to_string(), OverrideSource::Env));
-            }
-        }
-        o
-    }
-
-    /// Forces a kernel by name.
-    pub fn force(mut self, name: impl Into<String>) -> Self {
-        self.force = Some((name.into(), OverrideSource::Api));
-        self
-    }
-
-    /// Disables a kernel by name.
-    pub fn disable(mut self, name: impl Into<String>) -> Self {
-        self.disabled.push((name.into(), OverrideSource::Api));
-        self
-    }
-
-    /// Restricts selection to one backend family.
-    pub fn backend(mut self, backend: impl Into<String>) -> Self {
-        self.backend = Some((backend.into(), OverrideSource::Api));
-        self
-    }
-
-    fn disabled_by(&self, name: &str) -> Option<OverrideSource> {
-        self.disabled
-            .iter()
-            .find(|(d, _)| d.eq_ignore_ascii_case(name))
-            .map(|(_, s)| *s)
-    }
-}
 
 /// The verdict on one candidate kernel.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -125,6 +46,8 @@ pub enum Verdict {
     },
     /// It rejects the layer config.
     Unsupported(Unsupported),
+    /// It can run the layer, but not a call of this many rows: it serves these rows only.
+    OtherRows(RowRange),
 }
 
 impl Verdict {
@@ -156,6 +79,7 @@ impl fmt::Display for Verdict {
                 None => write!(f, "requires compute capability {arch}; the device has none"),
             },
             Verdict::Unsupported(u) => write!(f, "cannot implement this layer: {u}"),
+            Verdict::OtherRows(r) => write!(f, "serves only M = {r}"),
         }
     }
 }
@@ -196,6 +120,24 @@ pub enum SelectError {
         table: &'static str,
         /// Backends the table has.
         available: String,
+    },
+    /// Some row counts have no kernel: the table's kernels that run the layer serve only
+    /// other M (each reason at the first M of `rows`).
+    #[error(
+        "{}",
+        format_no_kernel(.table, .device, &format!("{} at M = {}", .config, .rows), .reasons)
+    )]
+    NoKernelForRows {
+        /// The rows without a kernel.
+        rows: RowRange,
+        /// The table walked.
+        table: &'static str,
+        /// The device.
+        device: String,
+        /// The layer.
+        config: String,
+        /// One `(kernel, reason)` per candidate, in table order.
+        reasons: Vec<(&'static str, String)>,
     },
     /// Every candidate was rejected.
     #[error("{}", format_no_kernel(.table, .device, .config, .reasons))]
@@ -242,7 +184,7 @@ fn arch_ok(arch: ArchSpec, device: &Device) -> Result<(), Verdict> {
 }
 
 /// The verdict for one entry, ignoring the force override. `Ok` means it can run.
-fn judge(
+pub(crate) fn judge(
     e: &KernelEntry,
     device: &Device,
     config: &LayerConfig,
@@ -282,7 +224,7 @@ fn judge_forced(
     }
 }
 
-fn check_backend(table: &Table, ov: &Overrides) -> Result<(), SelectError> {
+pub(crate) fn check_backend(table: &Table, ov: &Overrides) -> Result<(), SelectError> {
     if let Some((b, _)) = &ov.backend {
         if !table
             .entries
@@ -301,46 +243,104 @@ fn check_backend(table: &Table, ov: &Overrides) -> Result<(), SelectError> {
     Ok(())
 }
 
+/// A measured autotune file and the key of the device in it
+/// ([`tuning::device_key`](crate::tuning::device_key), computed once by the caller so that
+/// selection stays allocation-free): its per-M-bucket winners go before the table order.
+#[derive(Copy, Clone, Debug)]
+pub struct Tuned<'a> {
+    /// The device's key in the file.
+    pub device_key: &'a str,
+    /// The file.
+    pub file: &'a TuningFile,
+}
+
+/// Why a kernel was chosen for a range of M.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Forced by name (API or environment).
+    Forced,
+    /// The autotune file's measured winner for the M bucket.
+    Tuned,
+    /// The first kernel in table order that serves the rows and can run the layer.
+    Table,
+}
+
 impl Table {
-    /// Picks the kernel for a layer from this table. Allocation-free on success.
+    /// The forced kernel, when the overrides force one of this table's kernels and it can
+    /// run the layer here (`Ok(Some)`); `Err` with its name and reason when it cannot.
+    pub(crate) fn forced(
+        &'static self,
+        device: &Device,
+        config: &LayerConfig,
+        ov: &Overrides,
+    ) -> Result<Option<&'static KernelEntry>, (&'static str, Verdict)> {
+        let Some(e) = ov.force.as_ref().and_then(|(name, _)| self.entry(name)) else {
+            return Ok(None);
+        };
+        match judge_forced(e, device, config, ov) {
+            Ok(()) => Ok(Some(e)),
+            Err(v) => Err((e.name, v)),
+        }
+    }
+
+    /// The kernel for a call of `m` rows: the forced kernel (`forced`) where it serves `m`,
+    /// else the tuning file's winner for `m`'s bucket where it serves `m` and can run the
+    /// layer, else the first kernel in table order that serves `m` and can run the layer.
+    /// Allocation-free.
+    pub(crate) fn choose(
+        &'static self,
+        device: &Device,
+        config: &LayerConfig,
+        m: usize,
+        forced: Option<&'static KernelEntry>,
+        tuned: Option<Tuned<'_>>,
+        ov: &Overrides,
+    ) -> Option<(&'static KernelEntry, Choice)> {
+        if let Some(e) = forced.filter(|e| e.rows.contains(m)) {
+            return Some((e, Choice::Forced));
+        }
+        if let Some(t) = tuned.filter(|_| ov.force.is_none()) {
+            if let Some(w) = t.file.winner(t.device_key, config, m) {
+                if let Some(e) = self.entries.iter().find(|e| e.name == w.kernel) {
+                    if e.rows.contains(m) && judge(e, device, config, ov).is_ok() {
+                        return Some((e, Choice::Tuned));
+                    }
+                }
+            }
+        }
+        self.entries
+            .iter()
+            .find(|e| e.rows.contains(m) && judge(e, device, config, ov).is_ok())
+            .map(|e| (e, Choice::Table))
+    }
+
+    /// The kernel for a call of `m` rows (see [`Table::plan`] for what serves which M).
+    /// Allocation-free on success.
+    pub fn select_m(
+        &'static self,
+        device: &Device,
+        config: &LayerConfig,
+        m: usize,
+        ov: &Overrides,
+    ) -> Result<Selected<'static>, SelectError> {
+        self.select_with(device, config, m, None, ov)
+    }
+
+    /// The kernel for calls of many rows (the last range of the layer's [`Plan`]: the
+    /// kernel that serves M without an upper bound). For a kernel per M, see
+    /// [`Table::plan`] and [`Table::select_m`]. Allocation-free on success.
     pub fn select(
         &'static self,
         device: &Device,
         config: &LayerConfig,
         ov: &Overrides,
     ) -> Result<Selected<'static>, SelectError> {
-        let table = self;
-        let mut force_rejected = None;
-        if let Some((name, _)) = &ov.force {
-            if let Some(e) = table.entry(name) {
-                match judge_forced(e, device, config, ov) {
-                    Ok(()) => {
-                        return Ok(Selected {
-                            entry: e,
-                            force_rejected: None,
-                        })
-                    }
-                    Err(v) => force_rejected = Some((e.name, v)),
-                }
-            }
-        }
-        if ov.backend.is_some() {
-            check_backend(table, ov)?;
-        }
-        for e in table.entries {
-            if judge(e, device, config, ov).is_ok() {
-                return Ok(Selected {
-                    entry: e,
-                    force_rejected,
-                });
-            }
-        }
-        Err(no_kernel(table, device, config, ov))
+        self.select_m(device, config, usize::MAX, ov)
     }
 
-    /// Like [`Table::select`], but a measured winner for this device, layer and M bucket
-    /// (see [`TuningFile`]) comes first when it can run the layer; otherwise the static
-    /// order. A forced kernel still wins over a measurement. `device_key` is
+    /// Like [`Table::select_m`], but a measured winner for this device, layer and M bucket
+    /// (see [`TuningFile`]) comes first when it serves `m` and can run the layer; otherwise
+    /// the static order. A forced kernel still wins over a measurement. `device_key` is
     /// [`tuning::device_key`](crate::tuning::device_key) of `device` (computed once by the
     /// caller, so this stays allocation-free).
     pub fn select_tuned(
@@ -352,74 +352,127 @@ impl Table {
         tuning: &TuningFile,
         ov: &Overrides,
     ) -> Result<Selected<'static>, SelectError> {
-        if ov.force.is_none() {
-            if let Some(w) = tuning.winner(device_key, config, m) {
-                if let Some(e) = self.entries.iter().find(|e| e.name == w.kernel) {
-                    if judge(e, device, config, ov).is_ok() {
-                        return Ok(Selected {
-                            entry: e,
-                            force_rejected: None,
-                        });
-                    }
-                }
-            }
-        }
-        self.select(device, config, ov)
+        let tuned = Tuned {
+            device_key,
+            file: tuning,
+        };
+        self.select_with(device, config, m, Some(tuned), ov)
     }
 
-    /// Explains the decision for a layer: the verdict on every candidate in the table.
+    fn select_with(
+        &'static self,
+        device: &Device,
+        config: &LayerConfig,
+        m: usize,
+        tuned: Option<Tuned<'_>>,
+        ov: &Overrides,
+    ) -> Result<Selected<'static>, SelectError> {
+        let (forced, force_rejected) = match self.forced(device, config, ov) {
+            Ok(f) => (f, None),
+            Err(r) => (None, Some(r)),
+        };
+        if forced.is_none() && ov.backend.is_some() {
+            check_backend(self, ov)?;
+        }
+        match self.choose(device, config, m, forced, tuned, ov) {
+            Some((entry, _)) => Ok(Selected {
+                entry,
+                force_rejected,
+            }),
+            None => Err(no_kernel(self, device, config, m, ov)),
+        }
+    }
+
+    /// Explains the decision for a layer: the verdict on every candidate in the table (a
+    /// kernel of the plan is [`Verdict::Chosen`]) and the per-M plan.
     pub fn explain(
         &'static self,
         device: &Device,
         config: &LayerConfig,
         ov: &Overrides,
     ) -> Explanation {
+        self.explain_with(device, config, None, ov)
+    }
+
+    /// Like [`Table::explain`], with an autotune file's winners in the plan.
+    pub fn explain_tuned(
+        &'static self,
+        device: &Device,
+        config: &LayerConfig,
+        tuned: Tuned<'_>,
+        ov: &Overrides,
+    ) -> Explanation {
+        self.explain_with(device, config, Some(tuned), ov)
+    }
+
+    fn explain_with(
+        &'static self,
+        device: &Device,
+        config: &LayerConfig,
+        tuned: Option<Tuned<'_>>,
+        ov: &Overrides,
+    ) -> Explanation {
         let table = self;
-        let result = table.select(device, config, ov);
-        let chosen_name = result.as_ref().ok().map(|s| s.entry.name);
-        let mut candidates = Vec::with_capacity(table.entries.len());
-        let mut chosen = None;
-        for (i, e) in table.entries.iter().enumerate() {
-            let verdict = if Some(e.name) == chosen_name {
-                chosen = Some(i);
-                Verdict::Chosen
-            } else {
-                match judge(e, device, config, ov) {
-                    Ok(()) => Verdict::Eligible,
-                    Err(v) => v,
-                }
-            };
-            candidates.push(Candidate { entry: e, verdict });
-        }
-        let (force_rejected, error) = match result {
-            Ok(s) => (s.force_rejected, None),
+        let result = table.plan_with(device, config, tuned, ov);
+        let in_plan = |e: &KernelEntry| {
+            result
+                .as_ref()
+                .is_ok_and(|p| p.ranges.iter().any(|r| r.entry.name == e.name))
+        };
+        let candidates = table
+            .entries
+            .iter()
+            .map(|e| Candidate {
+                entry: e,
+                verdict: if in_plan(e) {
+                    Verdict::Chosen
+                } else {
+                    match judge(e, device, config, ov) {
+                        Ok(()) => Verdict::Eligible,
+                        Err(v) => v,
+                    }
+                },
+            })
+            .collect();
+        let (plan, error) = match result {
+            Ok(p) => (Some(p), None),
             Err(e) => (None, Some(e)),
         };
         Explanation {
             table,
             candidates,
-            chosen,
-            force_rejected,
+            plan,
             error,
         }
     }
 }
 
-fn no_kernel(table: &Table, device: &Device, config: &LayerConfig, ov: &Overrides) -> SelectError {
+/// Why no kernel serves a call of `m` rows: every candidate's verdict at `m`
+/// ([`Verdict::OtherRows`] for a kernel that runs the layer but not at `m`).
+pub(crate) fn no_kernel(
+    table: &Table,
+    device: &Device,
+    config: &LayerConfig,
+    m: usize,
+    ov: &Overrides,
+) -> SelectError {
+    let reasons = table
+        .entries
+        .iter()
+        .map(|e| {
+            let v = match judge(e, device, config, ov) {
+                Ok(()) if !e.rows.contains(m) => Verdict::OtherRows(e.rows),
+                Ok(()) => Verdict::Eligible,
+                Err(v) => v,
+            };
+            (e.name, v.to_string())
+        })
+        .collect();
     SelectError::NoKernel {
         table: table.name,
         device: device.to_string(),
         config: config.to_string(),
-        reasons: table
-            .entries
-            .iter()
-            .map(|e| {
-                let v = judge(e, device, config, ov)
-                    .err()
-                    .unwrap_or(Verdict::Eligible);
-                (e.name, v.to_string())
-            })
-            .collect(),
+        reasons,
     }
 }
 
@@ -440,7 +493,8 @@ impl Registry {
             })
     }
 
-    /// Picks the table for the device's platform and the layer's family, then the kernel.
+    /// Picks the table for the device's platform and the layer's family, then the kernel
+    /// for calls of many rows (see [`Table::select`]).
     pub fn select(
         &self,
         device: &Device,
@@ -464,7 +518,30 @@ impl Registry {
             .select_tuned(device, device_key, config, m, tuning, ov)
     }
 
-    /// Explains the decision of [`Registry::select`]: every candidate with its verdict.
+    /// The per-M plan for a layer (see [`Table::plan`]).
+    pub fn plan(
+        &self,
+        device: &Device,
+        config: &LayerConfig,
+        ov: &Overrides,
+    ) -> Result<Plan, SelectError> {
+        self.table_for(device, config)?.plan(device, config, ov)
+    }
+
+    /// The per-M plan with a tuning file's winners first (see [`Table::plan_tuned`]).
+    pub fn plan_tuned(
+        &self,
+        device: &Device,
+        config: &LayerConfig,
+        tuned: Tuned<'_>,
+        ov: &Overrides,
+    ) -> Result<Plan, SelectError> {
+        self.table_for(device, config)?
+            .plan_tuned(device, config, tuned, ov)
+    }
+
+    /// Explains the decision of [`Registry::plan`]: every candidate with its verdict, and
+    /// the plan.
     pub fn explain(
         &self,
         device: &Device,
@@ -472,6 +549,31 @@ impl Registry {
         ov: &Overrides,
     ) -> Result<Explanation, SelectError> {
         Ok(self.table_for(device, config)?.explain(device, config, ov))
+    }
+
+    /// Like [`Registry::explain`], with a tuning file's winners in the plan.
+    pub fn explain_tuned(
+        &self,
+        device: &Device,
+        config: &LayerConfig,
+        tuned: Tuned<'_>,
+        ov: &Overrides,
+    ) -> Result<Explanation, SelectError> {
+        Ok(self
+            .table_for(device, config)?
+            .explain_tuned(device, config, tuned, ov))
+    }
+
+    /// The kernel for a call of `m` rows (see [`Table::select_m`]).
+    pub fn select_m(
+        &self,
+        device: &Device,
+        config: &LayerConfig,
+        m: usize,
+        ov: &Overrides,
+    ) -> Result<Selected<'static>, SelectError> {
+        self.table_for(device, config)?
+            .select_m(device, config, m, ov)
     }
 }
 
@@ -489,12 +591,22 @@ pub struct Candidate {
 pub struct Explanation {
     /// The table walked.
     pub table: &'static Table,
-    /// Every candidate in table order.
+    /// Every candidate in table order (the kernels of the plan are [`Verdict::Chosen`]).
     pub candidates: Vec<Candidate>,
-    /// Index of the chosen candidate, if any.
-    pub chosen: Option<usize>,
-    /// A forced kernel that could not run, and why.
-    pub force_rejected: Option<(&'static str, Verdict)>,
-    /// The error `select` returns, when nothing fits.
+    /// The per-M plan, when every M has a kernel.
+    pub plan: Option<Plan>,
+    /// The error [`Table::plan`] returns, when some M has no kernel.
     pub error: Option<SelectError>,
+}
+
+impl Explanation {
+    /// A forced kernel that could not run, and why.
+    pub fn force_rejected(&self) -> Option<(&'static str, Verdict)> {
+        self.plan.as_ref().and_then(|p| p.force_rejected)
+    }
+
+    /// The kernel a call of `m` rows runs, if the plan has one.
+    pub fn chosen_for(&self, m: usize) -> Option<&'static KernelEntry> {
+        self.plan.as_ref().and_then(|p| p.entry_for(m))
+    }
 }

@@ -64,8 +64,8 @@ impl Registry {
 pub mod build {
     use super::*;
 
-    fn placeholder_check(_: &crate::config::LayerConfig) -> Result<(), crate::kernel::Unsupported> {
-        Err(crate::kernel::Unsupported::new("placeholder entry"))
+    fn placeholder_check(_: &crate::config::LayerConfig) -> Result<(), crate::error::Unsupported> {
+        Err(crate::error::Unsupported::new("placeholder entry"))
     }
 
     fn placeholder_construct(
@@ -85,6 +85,7 @@ pub mod build {
         arch: crate::arch::ArchSpec::Any,
         force_arch: None,
         backend: "",
+        rows: crate::rows::RowRange::ALL,
         params: &[],
         numerics: crate::numerics::Numerics::Layer,
         can_implement: placeholder_check,
@@ -377,8 +378,8 @@ mod tests {
     use super::build::{base_problem, concat, entry_problem, sort};
     use super::*;
 
-    fn never(_: &crate::config::LayerConfig) -> Result<(), crate::kernel::Unsupported> {
-        Err(crate::kernel::Unsupported::new("test entry"))
+    fn never(_: &crate::config::LayerConfig) -> Result<(), crate::error::Unsupported> {
+        Err(crate::error::Unsupported::new("test entry"))
     }
 
     fn no_build(
@@ -395,6 +396,7 @@ mod tests {
             arch: crate::arch::ArchSpec::Any,
             force_arch: None,
             backend: "test",
+            rows: crate::rows::RowRange::ALL,
             params: &[],
             numerics: crate::numerics::Numerics::Layer,
             can_implement: never,

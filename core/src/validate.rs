@@ -4,7 +4,7 @@
 use crate::config::LayerConfig;
 use crate::dtype::DType;
 use crate::error::KernelError;
-use crate::kernel::Unsupported;
+use crate::error::Unsupported;
 use crate::quant::GroupShape;
 use crate::tensor::{LayerWeights, Storage, Tensor, TensorMut};
 

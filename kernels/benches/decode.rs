@@ -1,6 +1,6 @@
 //! Decode (M = 1, 4, 8, 16) block-FP8 against the practical floor: `DecodeBlockFp8` (our
-//! one-launch decode kernel, run at every M here with `with_decode_up_to(16)`; its default
-//! range is M = 1), cuBLASLt block-scaled and our Hopper kernel, beside the
+//! one-launch decode kernel, built alone and so run at every M here; in a layer's plan it
+//! serves M = 1), cuBLASLt block-scaled and our Hopper kernel, beside the
 //! read-once kernel (reads the N x K FP8 weight once with 16-byte loads on every SM; the
 //! best of its variants and grid shapes), all timed the same way in one run: CUDA events around one
 //! `apply` (activation quantization included), a 256 MiB read evicting L2 before every
@@ -152,14 +152,8 @@ fn main() {
                 ..KernelOptions::none()
             };
             let ctx = target.build_ctx(&cfg, &options);
-            // The decode kernel at every M of the table (its default range is M = 1).
-            let built = if entry.name == DecodeBlockFp8::NAME {
-                DecodeBlockFp8::new(&ctx)
-                    .map(|k| Box::new(k.with_decode_up_to(16)) as Box<dyn Fp8Kernel>)
-            } else {
-                entry.build(&ctx)
-            };
-            let mut kernel = match common::loaded(built, &weights) {
+            // Built alone, the decode kernel runs every M up to 16 (in a plan it serves M = 1).
+            let mut kernel = match common::loaded(entry.build(&ctx), &weights) {
                 Ok(kr) => kr,
                 Err(e) => {
                     println!("{label} {n}x{k}: not run: {e}");

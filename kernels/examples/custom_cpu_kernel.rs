@@ -225,7 +225,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Built through our registry: our kernel is chosen.
     let mut layer = Linear::with_registry(&MINE, &target, &cfg, &weights, &Options::none())?;
-    assert_eq!(layer.entry().name, GroupedCpuGemm::NAME);
+    assert_eq!(
+        layer.plan().to_string(),
+        format!("M = 1..: {}", GroupedCpuGemm::NAME)
+    );
     let mut y = vec![f32::NAN; m * n];
     layer.forward(
         &Tensor::f32(&x, [m, k]),
@@ -250,7 +253,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rel = (num / den).sqrt();
     println!(
         "{} vs CpuReference: relative Frobenius error {rel:.1e}",
-        layer.entry().name
+        layer.plan()
     );
     assert!(rel < 1e-5, "rel err {rel:e}");
 

@@ -19,7 +19,8 @@ pub struct Measurement {
     pub winner: bool,
 }
 
-/// Times every runnable candidate for `config` on `device` at each M in `ms` with `time`
+/// Times every runnable candidate for `config` on `device` at each M in `ms` it serves
+/// (its `rows`) with `time`
 /// (which builds and runs the kernel and returns seconds per call), records the winner of
 /// each M in `tuning`, and returns every measurement.
 pub fn autotune_layer(
@@ -45,7 +46,8 @@ pub fn autotune_layer(
     let mut out = Vec::new();
     for &m in ms {
         let first = out.len();
-        for &entry in &candidates {
+        // A kernel is timed at the rows it serves (a plan never gives it others).
+        for &entry in candidates.iter().filter(|e| e.rows.contains(m)) {
             out.push(Measurement {
                 m,
                 kernel: entry.name,

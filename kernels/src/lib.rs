@@ -62,15 +62,15 @@ pub use target::Target;
 
 // The core vocabulary an engine author needs, re-exported by name.
 pub use fp8_linear_core::{
-    fp8_kernel, fp8_table, ArchSpec, BuildCtx, Candidate, Capability, DType, Device, DeviceMemory,
-    Explanation, Family, Fp8Kernel, GroupShape, KernelEntry, KernelError, KernelName,
+    fp8_kernel, fp8_table, ArchSpec, BuildCtx, Candidate, Capability, Choice, DType, Device,
+    DeviceMemory, Explanation, Family, Fp8Kernel, GroupShape, KernelEntry, KernelError, KernelName,
     KernelOptions, LayerConfig, LayerParam, LayerParams, LayerWeights, Numerics, Options,
-    OptionsError, OverrideSource, Overrides, Platform, QuantKey, Registered, Registry, ScaleDtype,
-    SelectError, Selected, Storage, StorageMut, Table, Tensor, TensorMut, TuningError, TuningFile,
-    UnknownProfile, Unsupported, Verdict,
+    OptionsError, OverrideSource, Overrides, Plan, PlanRange, Platform, QuantKey, Registered,
+    Registry, RowRange, ScaleDtype, SelectError, Selected, SharedWeights, Storage, StorageMut,
+    Table, Tensor, TensorMut, Tuned, TuningError, TuningFile, UnknownProfile, Unsupported, Verdict,
 };
 // Modules with helpers for kernel authors (checks, FP8 conversion, tuning-file keys).
-pub use fp8_linear_core::{fp8, kernel, options, select, tuning, validate};
+pub use fp8_linear_core::{fp8, kernel, options, plan, select, tuning, validate};
 /// The element types of 16-bit activations.
 pub use half::{bf16, f16};
 

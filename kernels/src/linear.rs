@@ -1,9 +1,12 @@
-//! A ready-to-use linear layer: select, construct, process weights, apply.
+//! A ready-to-use linear layer: plan (a kernel per range of M), construct, process the
+//! weights once into a store the kernels share, apply each call on the kernel for its M.
+
+use std::sync::Arc;
 
 use fp8_linear_core::tuning::device_key;
 use fp8_linear_core::{
-    Fp8Kernel, KernelEntry, KernelError, KernelOptions, LayerConfig, LayerWeights, Options,
-    Registry, SelectError, Tensor, TensorMut, TuningFile,
+    Fp8Kernel, KernelEntry, KernelError, KernelOptions, LayerConfig, LayerWeights, Options, Plan,
+    Registry, RowRange, SelectError, SharedWeights, Tensor, TensorMut, Tuned, TuningFile,
 };
 
 use crate::target::Target;
@@ -19,7 +22,9 @@ pub enum LinearError {
     Kernel(#[from] KernelError),
 }
 
-/// One FP8 linear layer bound to the kernel selected for a target.
+/// One FP8 linear layer bound to the kernels planned for a target: a kernel per range of M
+/// (on an H200 the decode kernel at M = 1, cuBLASLt block-scaled above), sharing one
+/// device copy of the weights where they read the same layout.
 ///
 /// On a GPU, the layer's weights live on the target's context and every `forward` enqueues
 /// on the target's stream (the one rule for streams: a layer runs on the stream it was built
@@ -49,23 +54,28 @@ pub enum LinearError {
 /// assert!(matches!(e, Err(fp8_linear::KernelError::Shape { what: "output", .. })));
 /// ```
 pub struct Linear {
-    entry: &'static KernelEntry,
-    kernel: Box<dyn Fp8Kernel>,
+    plan: Plan,
+    /// Per plan range, the index of its kernel in `kernels`.
+    route: Vec<(RowRange, usize)>,
+    /// The plan's distinct kernels.
+    kernels: Vec<(&'static KernelEntry, Box<dyn Fp8Kernel>)>,
+    shared: Arc<SharedWeights>,
     config: LayerConfig,
 }
 
 impl std::fmt::Debug for Linear {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Linear")
-            .field("kernel", &self.entry.name)
+            .field("plan", &self.plan.to_string())
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
 
 impl Linear {
-    /// Selects a kernel from the built-in tables for the target's device, builds it there
-    /// and processes the weights.
+    /// Plans the layer from the built-in tables for the target's device (a kernel per range
+    /// of M, see [`Registry::plan`]), builds the plan's kernels there and processes the
+    /// weights (once on the device where the kernels read the same layout).
     pub fn new(
         target: &Target,
         config: &LayerConfig,
@@ -83,32 +93,33 @@ impl Linear {
         weights: &LayerWeights<'_>,
         options: &Options,
     ) -> Result<Self, LinearError> {
-        let entry = registry
-            .select(target.device(), config, &options.overrides)?
-            .entry;
-        Self::with_entry(entry, target, config, weights, &options.kernel)
+        let plan = registry.plan(target.device(), config, &options.overrides)?;
+        Self::with_plan(plan, target, config, weights, &options.kernel)
     }
 
-    /// Like [`Linear::new`], but a measured autotune winner for this device, layer and M
-    /// bucket goes first (see [`TuningFile`]); without one, the static order.
+    /// Like [`Linear::new`], but the autotune file's measured winner goes first in each M
+    /// bucket it has for this device and layer (see [`TuningFile`]); elsewhere the static
+    /// order.
     pub fn new_tuned(
         target: &Target,
         config: &LayerConfig,
-        m: usize,
         tuning: &TuningFile,
         weights: &LayerWeights<'_>,
         options: &Options,
     ) -> Result<Self, LinearError> {
         let device = target.device();
         let key = device_key(device);
-        let entry = crate::tables::BUILTIN
-            .select_tuned(device, &key, config, m, tuning, &options.overrides)?
-            .entry;
-        Self::with_entry(entry, target, config, weights, &options.kernel)
+        let tuned = Tuned {
+            device_key: &key,
+            file: tuning,
+        };
+        let plan = crate::tables::BUILTIN.plan_tuned(device, config, tuned, &options.overrides)?;
+        Self::with_plan(plan, target, config, weights, &options.kernel)
     }
 
     /// Builds a specific kernel for the layer on the target (no selection; the kernel must
-    /// still be able to run on the target's device).
+    /// still be able to run on the target's device). The layer serves the rows the kernel
+    /// declares (`#[fp8_kernel(rows = ..)]`, every M by default).
     pub fn with_entry(
         entry: &'static KernelEntry,
         target: &Target,
@@ -116,23 +127,57 @@ impl Linear {
         weights: &LayerWeights<'_>,
         options: &KernelOptions,
     ) -> Result<Self, LinearError> {
-        let mut kernel = entry.build(&target.build_ctx(config, options))?;
-        kernel.process_weights(weights)?;
+        Self::with_plan(Plan::single(entry), target, config, weights, options)
+    }
+
+    /// Builds every kernel of `plan` for the layer on the target and processes the
+    /// weights into one store the kernels share ([`Linear::shared_weights`]). The kernels
+    /// are processed from the last range to the first, so that a kernel that reads any
+    /// layout (the decode kernel) finds the copy a kernel of larger M made.
+    pub fn with_plan(
+        plan: Plan,
+        target: &Target,
+        config: &LayerConfig,
+        weights: &LayerWeights<'_>,
+        options: &KernelOptions,
+    ) -> Result<Self, LinearError> {
+        let shared = SharedWeights::new();
+        let entries = plan.kernels();
+        let mut kernels = Vec::with_capacity(entries.len());
+        for &entry in &entries {
+            let ctx = target.build_ctx(config, options).with_shared(&shared);
+            kernels.push((entry, entry.build(&ctx)?));
+        }
+        for (_, kernel) in kernels.iter_mut().rev() {
+            kernel.process_weights(weights)?;
+        }
+        let route = plan
+            .ranges
+            .iter()
+            .map(|r| {
+                let i = entries.iter().position(|e| e.name == r.entry.name);
+                (r.rows, i.unwrap_or(0))
+            })
+            .collect();
         Ok(Linear {
-            entry,
-            kernel,
+            plan,
+            route,
+            kernels,
+            shared,
             config: *config,
         })
     }
 
-    /// `output = input @ W^T (+ bias)` for `M` rows: `input` is `[M, K]` in the layer's
+    /// `output = input @ W^T (+ bias)` for `M` rows, on the kernel the layer's plan gives
+    /// calls of `M` rows: `input` is `[M, K]` in the layer's
     /// input dtype, unquantized (a W8A8 kernel quantizes it itself, per the layer's
     /// activation key); `output` is `[M, N]` in the layer's output dtype.
     ///
     /// Both are checked against the layer before the kernel sees them, so a kernel never
     /// reads or writes past a buffer because of a caller's mistake. The typed errors:
-    /// - [`KernelError::Shape`]: `M` is 0, the input is not `[M, K]`, or the output is not
-    ///   `[M, N]` for the input's `M`;
+    /// - [`KernelError::Shape`]: `M` is 0, the input is not `[M, K]`, the output is not
+    ///   `[M, N]` for the input's `M`, or no kernel of the plan serves `M` rows (a layer
+    ///   built with [`Linear::with_entry`] for a kernel of bounded rows);
     /// - [`KernelError::DType`]: the input or output dtype is not the layer's;
     /// - [`KernelError::NonContiguous`]: a view is not contiguous row-major;
     /// - [`KernelError::BufferTooSmall`]: a buffer (host slice, or device allocation by its
@@ -142,30 +187,64 @@ impl Linear {
     /// kernel, a device pointer of another GPU, a CUDA launch failure) as
     /// [`KernelError::Device`] or [`KernelError::Backend`]. On a GPU target the call
     /// enqueues on the target's stream and returns without waiting; the output is ready
-    /// once that stream reaches this point.
+    /// once that stream reaches this point. The lookup of `M` in the plan allocates nothing
+    /// and takes no lock.
     pub fn forward(
         &mut self,
         input: &Tensor<'_>,
         output: &mut TensorMut<'_>,
     ) -> Result<(), KernelError> {
         fp8_linear_core::validate::check_io(&self.config, input, output)?;
-        self.kernel.apply(input, output)
+        let m = input.shape[0];
+        let Some(&(_, i)) = self.route.iter().find(|(rows, _)| rows.contains(m)) else {
+            return Err(KernelError::shape(
+                "input",
+                format!("[M, K] with M in the layer's plan ({})", self.plan),
+                format!("{:?}", input.shape),
+            ));
+        };
+        self.kernels[i].1.apply(input, output)
     }
 
     /// Makes `forward` ready for every M from 1 to `max_m`, so that such a call allocates
     /// nothing, makes no plan and never synchronizes, and can be captured into a CUDA graph
-    /// (see [`Fp8Kernel::prepare`]). A GPU layer that was neither prepared nor run at an M
+    /// (see [`Fp8Kernel::prepare`]): each kernel of the plan up to the last M of its ranges
+    /// below `max_m`. A GPU layer that was neither prepared nor run at an M
     /// returns [`KernelError::NotPrepared`] for a call at that M while its stream is being
     /// captured; CPU layers have nothing to prepare. Cost: the scratch for the largest of
     /// those calls, and for the cuBLASLt kernels a plan per M (host work: descriptors and
     /// one heuristic query each).
     pub fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        self.kernel.prepare(max_m)
+        for (i, (_, kernel)) in self.kernels.iter_mut().enumerate() {
+            let up_to = self
+                .route
+                .iter()
+                .filter(|(rows, k)| *k == i && rows.first() <= max_m)
+                .map(|(rows, _)| rows.last().min(max_m))
+                .max();
+            if let Some(m) = up_to {
+                kernel.prepare(m)?;
+            }
+        }
+        Ok(())
     }
 
-    /// The kernel's entry.
-    pub fn entry(&self) -> &'static KernelEntry {
-        self.entry
+    /// The layer's kernel per range of M.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The kernel a call of `m` rows runs (None for an `m` the plan does not serve, such
+    /// as 0).
+    pub fn entry_for(&self, m: usize) -> Option<&'static KernelEntry> {
+        self.plan.entry_for(m)
+    }
+
+    /// The device copies of the weights the layer's kernels share: one per layout (CPU
+    /// kernels keep their own and add none). A plan whose kernels read one layout holds the
+    /// weights once, however many kernels it has.
+    pub fn shared_weights(&self) -> &SharedWeights {
+        &self.shared
     }
 
     /// The layer config.

@@ -20,15 +20,16 @@ fp8_table! {
 }
 
 // CUDA tables, fastest first, as measured on an H200 (BENCHMARKS.md): the decode kernel
-// first (at M = 1 it beats cuBLASLt block-scaled on every layer measured; it hands larger M
-// to the next kernel below that takes the layer, whose weights it shares); then cuBLASLt
+// first for the rows it serves (M = 1, where it beats cuBLASLt block-scaled on every layer
+// measured; a layer's plan gives larger M to the next kernel below that takes the layer,
+// whose device copy of the weights it reads); then cuBLASLt
 // block-scaled, which beats our Hopper kernel on most shapes today (0.6-1.2x at M <= 128,
 // 0.6-0.8x at M >= 512), and the Hopper kernel for what cuBLASLt cannot (f16/f32 output, bias).
 // `fp8-linear autotune` records per-shape winners that override this order where measured.
 #[cfg(feature = "cuda")]
 fp8_table! {
-    /// Block-scaled W8A8 on CUDA GPUs: the decode kernel (sm_90; M = 1, larger M on the
-    /// next of these), cuBLASLt block-scaled (sm_90, bf16 output), our Hopper wgmma + TMA
+    /// Block-scaled W8A8 on CUDA GPUs: the decode kernel (sm_90; serves M = 1, larger M go
+    /// to the next of these in a layer's plan), cuBLASLt block-scaled (sm_90, bf16 output), our Hopper wgmma + TMA
     /// kernel (sm_90a), then Marlin W8A16 (sm_80..sm_89: the A100 /
     /// RTX 30xx path, weight-only with 16-bit activations), then the portable mma.sync
     /// kernel (sm_89+).

@@ -8,3 +8,4 @@ syn::custom_keyword!(force_arch);
 syn::custom_keyword!(params);
 syn::custom_keyword!(backend);
 syn::custom_keyword!(numerics);
+syn::custom_keyword!(rows);

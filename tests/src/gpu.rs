@@ -235,9 +235,32 @@ pub fn run(
     x: &[f32],
     m: usize,
 ) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
+    run_with(gpu, cfg, x, m, |x, out| kernel.apply(x, out))
+}
+
+/// Like [`run`], for a layer: its `forward` (the plan's kernel for `m` rows).
+pub fn run_linear(
+    gpu: &Arc<Gpu>,
+    layer: &mut fp8_linear::Linear,
+    x: &[f32],
+    m: usize,
+) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
+    let cfg = *layer.config();
+    run_with(gpu, &cfg, x, m, |x, out| layer.forward(x, out))
+}
+
+/// Uploads `x` `[m, k]` as the config's input dtype, calls `f` on it and a poisoned
+/// `[m, n]` output, and returns the output as f32 and the activations as uploaded.
+fn run_with(
+    gpu: &Arc<Gpu>,
+    cfg: &LayerConfig,
+    x: &[f32],
+    m: usize,
+    f: impl FnOnce(&Tensor<'_>, &mut fp8_linear::TensorMut<'_>) -> Result<(), KernelError>,
+) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
     let (xin, exact) = upload_as(gpu, x, cfg.input_dtype);
     let mut out = AnyBuffer::poisoned(gpu, m * cfg.n, cfg.output_dtype);
-    kernel.apply(&xin.tensor([m, cfg.k]), &mut out.tensor_mut([m, cfg.n]))?;
+    f(&xin.tensor([m, cfg.k]), &mut out.tensor_mut([m, cfg.n]))?;
     Ok((out.to_f32(), exact))
 }
 

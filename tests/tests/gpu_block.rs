@@ -28,7 +28,7 @@ fn cublaslt_block_is_selected_exactly_on_sm90() {
     let cap = gpu.capability();
     // The kernel declares sm_90 exactly: first in the block table there after the decode
     // kernel (for a layer it takes: N and K multiples of 16, bf16 output), never selected
-    // elsewhere. The decode kernel (also sm_90 exactly) hands it M above 16.
+    // elsewhere. The decode kernel (also sm_90 exactly) serves M = 1, cuBLASLt the rest.
     let cfg = LayerConfig::block_128(256, 384, DType::Bf16, DType::Bf16);
     assert!(CublasLtBlockFp8::can_implement(&cfg).is_ok());
     let no_decode = Overrides {
@@ -38,7 +38,10 @@ fn cublaslt_block_is_selected_exactly_on_sm90() {
     let chosen = fp8_linear::tables::BUILTIN
         .select(gpu.device(), &cfg, &no_decode)
         .map(|s| s.entry.name);
-    let prefill = fp8_linear::cuda::decode::prefill_entry(gpu.device(), &cfg).map(|e| e.name);
+    let prefill = fp8_linear::tables::BUILTIN
+        .select_m(gpu.device(), &cfg, 2, &Overrides::none())
+        .ok()
+        .map(|s| s.entry.name);
     assert_eq!(
         prefill == Some(CublasLtBlockFp8::NAME),
         (cap.major, cap.minor) == (9, 0),

@@ -2,21 +2,23 @@
 //! on fresh random data, for M from 1 to 16 (every M on the small layers): ragged N and K, every input and output
 //! dtype, bias, ue8m0 scales, 8-row weight blocks, with and without split K (the in-kernel
 //! reduction); each call repeated and required bit-identical (the split counters reset
-//! themselves). Above the default decode range (M = 1) the layer runs on the prefill
-//! kernel, checked against the reference too; and selection puts the kernel first on Hopper. Skips without a GPU unless
+//! themselves). In a layer's plan it serves M = 1 and the next kernel of the table the
+//! rest, both on one device copy of the weights, checked against the reference too; and
+//! the plan puts the kernel first on Hopper. Skips without a GPU unless
 //! FP8_REQUIRE_CUDA=1; off sm_90 it checks that selection never picks the kernel, then
 //! skips visibly.
 
 use std::sync::Arc;
 
-use fp8_linear::cuda::decode::{DECODE_DEFAULT_M, DECODE_MAX_M};
+use fp8_linear::cuda::decode::DECODE_MAX_M;
 use fp8_linear::cuda::runtime::Gpu;
 use fp8_linear::cuda::{CublasLtBlockFp8, DecodeBlockFp8, HopperBlockFp8, PortableBlockFp8};
 use fp8_linear::{
-    DType, Fp8Kernel, KernelOptions, LayerConfig, Overrides, Registered, ScaleDtype, Target,
+    DType, Fp8Kernel, KernelOptions, LayerConfig, Linear, Options, Overrides, Registered,
+    ScaleDtype, Target,
 };
 use fp8_linear_tests::check::{compare, Tolerance};
-use fp8_linear_tests::gpu::{gpu_for_entry_or_skip, gpu_or_skip, run};
+use fp8_linear_tests::gpu::{gpu_for_entry_or_skip, gpu_or_skip, run, run_linear};
 use fp8_linear_tests::layers::{random_activations, reference_rows, HostLayer, WeightGen};
 
 /// The layers checked: (what, config).
@@ -56,7 +58,6 @@ fn build(
     cfg: &LayerConfig,
     layer: &HostLayer,
     max_splits: Option<u16>,
-    decode_up_to: usize,
 ) -> Box<dyn Fp8Kernel> {
     let target = Target::from_gpu(gpu.clone());
     let options = KernelOptions {
@@ -65,8 +66,7 @@ fn build(
     };
     let mut k: Box<dyn Fp8Kernel> = Box::new(
         DecodeBlockFp8::new(&target.build_ctx(cfg, &options))
-            .unwrap_or_else(|e| panic!("build: {e}"))
-            .with_decode_up_to(decode_up_to),
+            .unwrap_or_else(|e| panic!("build: {e}")),
     );
     k.process_weights(&layer.weights())
         .unwrap_or_else(|e| panic!("process_weights: {e}"));
@@ -86,7 +86,7 @@ fn every_m_up_to_16_matches_the_reference() {
         // f32 accumulation of exact FP8 products, as the portable mma.sync kernel.
         let tol = Tolerance::cpu(cfg.output_dtype);
         for splits in [None, Some(1)] {
-            let mut kernel = build(&gpu, &cfg, &layer, splits, DECODE_MAX_M);
+            let mut kernel = build(&gpu, &cfg, &layer, splits);
             // Every M on the small layers; on the large ones (the f64 reference dominates
             // the test's time) each column-tile count and both sides of M = 8.
             let ms: Vec<usize> = if cfg.n * cfg.k > 1 << 22 {
@@ -121,8 +121,8 @@ fn every_m_up_to_16_matches_the_reference() {
 }
 
 #[test]
-fn larger_m_run_on_the_prefill_kernel() {
-    let test = "larger_m_run_on_the_prefill_kernel";
+fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
+    let test = "larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy";
     let Some(gpu) = gpu_for_entry_or_skip(test, &DecodeBlockFp8::ENTRY, false) else {
         return;
     };
@@ -131,7 +131,7 @@ fn larger_m_run_on_the_prefill_kernel() {
     biased.bias = true;
     for (cfg, prefill) in [
         (
-            LayerConfig::block_128(640, 1280, DType::Bf16, DType::Bf16),
+            LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16),
             CublasLtBlockFp8::NAME,
         ),
         // cuBLASLt writes bf16 only and takes no bias: our Hopper kernel.
@@ -153,32 +153,72 @@ fn larger_m_run_on_the_prefill_kernel() {
             PortableBlockFp8::NAME,
         ),
     ] {
-        let options = KernelOptions::none();
-        let chosen = DecodeBlockFp8::new(&target.build_ctx(&cfg, &options))
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(chosen.prefill_kernel(), prefill, "{cfg:?}");
         let layer = HostLayer::random(&cfg, WeightGen::Spread(3));
-        let mut kernel = build(&gpu, &cfg, &layer, None, DECODE_DEFAULT_M);
+        let host = layer.weights();
+        gpu.synchronize().unwrap();
+        let free_before = gpu.memory_info().expect("cuMemGetInfo").0;
+        let mut linear = Linear::new(&target, &cfg, &host, &Options::none())
+            .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+        gpu.synchronize().unwrap();
+        let used = free_before.saturating_sub(gpu.memory_info().expect("cuMemGetInfo").0);
+        let names: Vec<&str> = linear.plan().kernels().iter().map(|e| e.name).collect();
+        assert_eq!(names, [DecodeBlockFp8::NAME, prefill], "{cfg:?}");
+        // One device copy of the weights for both kernels: the layer's accounting, and the
+        // device memory the layer took (the copy, plus modules and small buffers; two copies
+        // would take at least twice the codes).
+        let shared = linear.shared_weights();
+        let codes = cfg.n * cfg.k;
+        eprintln!(
+            "{prefill}: {} weight copy ({:?}), {} B; device memory taken {used} B for {codes} B of codes",
+            shared.copies(),
+            shared.layouts(),
+            shared.bytes()
+        );
+        assert_eq!(shared.copies(), 1, "{cfg:?}: {:?}", shared.layouts());
+        assert!(shared.bytes() >= codes && shared.bytes() < codes + codes / 4);
+        if codes >= 16 << 20 {
+            assert!(
+                used < 2 * codes,
+                "{cfg:?}: {used} B taken for {codes} B of codes"
+            );
+        }
         let ref_cfg = DecodeBlockFp8::ENTRY.reference_config(&cfg);
-        let prefill_entry = fp8_linear::tables::CUDA_BLOCK
-            .entry(prefill)
-            .expect("a block kernel");
-        // M above the decode range, then back to decode on the same object.
+        // M above the decode range, then back to decode on the same layer.
         for m in [2, 17, 64, 200, 1] {
             let x = random_activations(m, cfg.k);
-            let (got, exact) = run(&gpu, kernel.as_mut(), &cfg, &x, m).unwrap();
+            let (got, exact) = run_linear(&gpu, &mut linear, &x, m).unwrap();
             let rows: Vec<usize> = (0..m).collect();
             let want = reference_rows(&ref_cfg, &layer, &exact, m, &rows).unwrap();
-            let tol = if m <= DECODE_DEFAULT_M {
+            let entry = linear.entry_for(m).unwrap();
+            assert_eq!(entry.name == DecodeBlockFp8::NAME, m == 1, "M={m}");
+            let tol = if m == 1 {
                 Tolerance::cpu(cfg.output_dtype)
             } else {
-                Tolerance::for_kernel(prefill_entry, &cfg)
+                Tolerance::for_kernel(entry, &cfg)
             };
             let c = compare(&got, &want, cfg.n, tol);
-            eprintln!("{prefill} M={m}: {}", c.summary());
-            c.assert_ok(&format!("{cfg:?} at M={m} (prefill {prefill})"));
+            eprintln!("{} M={m}: {}", entry.name, c.summary());
+            c.assert_ok(&format!("{cfg:?} at M={m} ({})", entry.name));
         }
     }
+}
+
+/// Built alone (no plan), the decode kernel refuses more rows than it has, by name.
+#[test]
+fn more_than_16_rows_are_refused_alone() {
+    let test = "more_than_16_rows_are_refused_alone";
+    let Some(gpu) = gpu_for_entry_or_skip(test, &DecodeBlockFp8::ENTRY, false) else {
+        return;
+    };
+    let cfg = LayerConfig::block_128(256, 256, DType::Bf16, DType::Bf16);
+    let layer = HostLayer::random(&cfg, WeightGen::Spread(3));
+    let mut kernel = build(&gpu, &cfg, &layer, None);
+    let m = DECODE_MAX_M + 1;
+    let x = random_activations(m, cfg.k);
+    let e = run(&gpu, kernel.as_mut(), &cfg, &x, m)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("M <= 16"), "{e}");
 }
 
 #[test]
@@ -188,7 +228,7 @@ fn selected_first_for_block_layers_on_hopper_only() {
     };
     let cfg = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
     let chosen = fp8_linear::tables::BUILTIN
-        .select(gpu.device(), &cfg, &Overrides::none())
+        .select_m(gpu.device(), &cfg, 1, &Overrides::none())
         .unwrap_or_else(|e| panic!("{e}"));
     let hopper = DecodeBlockFp8::ENTRY.arch.matches(Some(gpu.capability()));
     assert_eq!(

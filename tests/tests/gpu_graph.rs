@@ -344,7 +344,10 @@ fn preparing_a_cpu_layer_does_nothing() {
     let got: Vec<f32> = y.iter().map(|v| v.to_f32()).collect();
     let rows: Vec<usize> = (0..m).collect();
     let want = reference_rows(
-        &layer.entry().reference_config(&cfg),
+        &layer
+            .entry_for(m)
+            .expect("the plan serves every M")
+            .reference_config(&cfg),
         &host,
         &exact,
         m,

@@ -90,13 +90,14 @@ fn selected_first_on_hopper() {
     };
     let cfg = LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16);
     // N = 7748 is not a multiple of 16: cuBLASLt's block kernel refuses it, so the Hopper
-    // kernel runs it: first after the decode kernel, which hands it every M above 16.
-    let s = fp8_linear::tables::BUILTIN
-        .select(gpu.device(), &cfg, &Overrides::none())
+    // kernel runs it: every M above the decode kernel's M = 1.
+    let plan = fp8_linear::tables::BUILTIN
+        .plan(gpu.device(), &cfg, &Overrides::none())
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(s.entry.name, fp8_linear::cuda::DecodeBlockFp8::NAME);
-    let prefill = fp8_linear::cuda::decode::prefill_entry(gpu.device(), &cfg).map(|e| e.name);
-    assert_eq!(prefill, Some(HopperBlockFp8::NAME));
+    assert_eq!(
+        plan.to_string(),
+        format!("M = 1: DecodeBlockFp8; M = 2..: {}", HopperBlockFp8::NAME)
+    );
     let lt_disabled = Overrides {
         disabled: vec![("DecodeBlockFp8".into(), fp8_linear::OverrideSource::Api)],
         ..Overrides::none()

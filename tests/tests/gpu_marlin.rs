@@ -197,7 +197,10 @@ fn forced_selection_on_the_real_device_runs_marlin() {
         &Options::from(Overrides::none().force(MarlinFp8::NAME)),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(layer.entry().name, MarlinFp8::ENTRY.name);
+    assert_eq!(
+        layer.plan().to_string(),
+        format!("M = 1..: {} (forced)", MarlinFp8::NAME)
+    );
     let x = random_activations(m, k);
     let (xin, exact) = upload_as(&gpu, &x, DType::Bf16);
     let mut out = AnyBuffer::poisoned(&gpu, m * n, DType::Bf16);

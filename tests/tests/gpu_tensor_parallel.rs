@@ -54,7 +54,7 @@ fn gpu_forward(
     if let Some(i) = first_nan(&v) {
         return Err(format!("NaN at output element {i}"));
     }
-    Ok((v, l.entry().name))
+    Ok((v, l.entry_for(m).expect("the plan serves every M").name))
 }
 
 /// Free device memory of every GPU, in bytes.
@@ -120,7 +120,7 @@ fn each_gpu_runs_its_own_layer() {
         eprintln!(
             "GPU {g} ({}): {} selected; {} MiB allocated there, {} on the other",
             gpu.device(),
-            layer.entry().name,
+            layer.plan(),
             (before[g] - after[g]) >> 20,
             (before[1 - g].saturating_sub(after[1 - g])) >> 20
         );
@@ -145,7 +145,13 @@ fn each_gpu_runs_its_own_layer() {
                     }
                     gpu.synchronize().unwrap();
                     let secs = t0.elapsed().as_secs_f64();
-                    (g, out.to_f32(), layer.entry(), exact, secs)
+                    (
+                        g,
+                        out.to_f32(),
+                        layer.entry_for(m).expect("the plan serves every M"),
+                        exact,
+                        secs,
+                    )
                 })
             })
             .collect();

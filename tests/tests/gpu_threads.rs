@@ -193,7 +193,14 @@ fn cpu_layers_on_eight_threads() {
                         // M on both sides of the CPU kernel's decode / GEMM crossover.
                         let m = [1, 5, 24, 40][(i + t) % 4];
                         cpu_forward(&mut layer, m)
-                            .and_then(|out| cpu_check(layer.entry(), &host, m, out))
+                            .and_then(|out| {
+                                cpu_check(
+                                    layer.entry_for(m).expect("the plan serves every M"),
+                                    &host,
+                                    m,
+                                    out,
+                                )
+                            })
                             .map_err(|e| format!("thread {t}, iteration {i}: {e}"))?;
                     }
                     Ok(())
@@ -232,7 +239,10 @@ fn one_cpu_layer_shared_by_eight_threads() {
                         // The call under the lock, the check outside it.
                         let (out, entry) = {
                             let mut l = layer.lock().map_err(|_| "poisoned lock".to_string())?;
-                            (cpu_forward(&mut l, m), l.entry())
+                            (
+                                cpu_forward(&mut l, m),
+                                l.entry_for(m).expect("the plan serves every M"),
+                            )
                         };
                         out.and_then(|out| cpu_check(entry, host, m, out))
                             .map_err(|e| format!("thread {t}, iteration {i}: {e}"))?;

@@ -33,8 +33,13 @@ fn a100_and_rtx3090_pick_marlin_and_explain_every_faster_rejection() {
             .explain(&device, &block_layer(), &Overrides::none())
             .unwrap();
         assert_eq!(ex.table.family, Family::BlockScaled);
-        let chosen_at = ex.chosen.expect("a kernel is chosen");
+        let chosen_at = ex
+            .candidates
+            .iter()
+            .position(|c| c.verdict == Verdict::Chosen)
+            .expect("a kernel is chosen");
         assert_eq!(ex.candidates[chosen_at].entry.name, MARLIN);
+        assert_eq!(ex.plan.unwrap().kernels().len(), 1, "{profile}");
         assert!(chosen_at >= 1, "at least one faster kernel precedes Marlin");
         for c in &ex.candidates[..chosen_at] {
             // Every faster kernel needs FP8 tensor cores (sm_89+) or Hopper exactly.
@@ -161,7 +166,8 @@ fn forcing_marlin_by_name_works_on_h200_through_force_arch() {
         let ex = fp8_linear::tables::BUILTIN
             .explain(&h200, &block_layer(), &ov)
             .unwrap();
-        assert_eq!(ex.candidates[ex.chosen.unwrap()].entry.name, MARLIN);
+        assert_eq!(ex.chosen_for(1).unwrap().name, MARLIN);
+        assert_eq!(ex.chosen_for(4096).unwrap().name, MARLIN);
     }
     // The weight-only table too.
     let wo = LayerConfig::weight_only(QuantKey::WEIGHT_BLOCK_128, 4096, 7168, DType::Bf16);

@@ -80,16 +80,15 @@ fn every_profile_has_a_row() {
     }
 }
 
-/// The kernel the built-in tables select for `cfg` on `device`, or `-` when none fits (the
-/// error then gives one reason per candidate of the table).
+/// The kernels of the plan the built-in tables make for `cfg` on `device`, by increasing M
+/// (`DecodeBlockFp8+CublasLtBlockFp8`: M = 1 on the first, the rest on the second), or `-`
+/// when none fits (the error then gives one reason per candidate of the table).
 fn selected(device: &Device, cfg: &LayerConfig, what: &str) -> String {
-    match fp8_linear::tables::BUILTIN.select(device, cfg, &Overrides::none()) {
-        Ok(s) if s.entry.name == "DecodeBlockFp8" => {
-            let prefill =
-                fp8_linear::cuda::decode::prefill_entry(device, cfg).map_or("none", |e| e.name);
-            format!("{}+{prefill}", s.entry.name)
+    match fp8_linear::tables::BUILTIN.plan(device, cfg, &Overrides::none()) {
+        Ok(plan) => {
+            let names: Vec<&str> = plan.kernels().iter().map(|e| e.name).collect();
+            names.join("+")
         }
-        Ok(s) => s.entry.name.to_string(),
         Err(SelectError::NoKernel { table, reasons, .. }) => {
             let t = fp8_linear::tables::BUILTIN
                 .tables()

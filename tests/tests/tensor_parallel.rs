@@ -36,7 +36,10 @@ fn cpu_forward(layer: &HostLayer, x: &[f32]) -> Result<(Vec<f32>, &'static str),
             &mut TensorMut::f32(&mut out, [m, cfg.n]),
         )
         .map_err(|e| e.to_string())?;
-    Ok((out, layer.entry().name))
+    Ok((
+        out,
+        layer.entry_for(m).expect("the plan serves every M").name,
+    ))
 }
 
 /// The layers: (what, config, tensor-parallel sizes), f32 in and out.

@@ -97,7 +97,7 @@ fn main() {
     // The same layer through our registry and `Linear`.
     let mut linear =
         Linear::with_registry(&MINE, &target, &layer, &weights, &Options::none()).unwrap();
-    assert_eq!(linear.entry().name, "MyCpuKernel");
+    assert_eq!(linear.plan().to_string(), "M = 1..: MyCpuKernel");
     let mut out = vec![bf16::ZERO; m * n];
     linear
         .forward(

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use fp8_linear_core::quant::GroupShape;
 use fp8_linear_core::validate::check_config_basics;
 use fp8_linear_core::{
-    DType, DeviceMemory, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut, Unsupported,
+    DType, DeviceMemory, KernelError, LayerConfig, LayerWeights, SharedWeights, Tensor, TensorMut,
+    Unsupported,
 };
 use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
@@ -120,6 +121,89 @@ pub fn row_major(scales: &[f32], _nb: usize, _kb: usize) -> Vec<f32> {
     scales.to_vec()
 }
 
+/// How a kernel lays out a block layer's weights on the device: the codes' row padding and
+/// the block scales' order. Kernels of one layout share one device copy of a layer's
+/// weights (the layer's [`SharedWeights`], keyed by `name`).
+#[derive(Copy, Clone, Debug)]
+pub struct WeightLayout {
+    /// The layout's name: the key of its copy among a layer's shared weights.
+    pub name: &'static str,
+    /// Code rows padded to a multiple of this many bytes (16, or 128 for whole K blocks).
+    pub pad: usize,
+    /// The block scales' order.
+    pub scales: ScaleLayout,
+}
+
+/// Rows padded to 16 bytes, row-major block scales: the Hopper and portable kernels'
+/// layout (and the decode kernel's when it runs alone).
+pub const ROWS_16_ROW_MAJOR: WeightLayout = WeightLayout {
+    name: "block FP8: rows padded to 16 bytes, row-major block scales",
+    pad: 16,
+    scales: row_major,
+};
+
+/// A block-scaled layer's weights on the device in one [`WeightLayout`]: what the block
+/// kernels of a layer share.
+pub struct BlockWeights {
+    /// The weight codes `[n, ldk]`, row stride, bias.
+    pub w: DeviceWeights,
+    /// The weight block scales in the layout's [`ScaleLayout`].
+    pub scales: DeviceBuffer<f32>,
+}
+
+impl BlockWeights {
+    /// Validates and uploads the weights in `layout`. Device weights must be on `gpu` and
+    /// ready on its stream. Returns the copy and its device bytes.
+    fn load(
+        kernel: &'static str,
+        gpu: &Arc<Gpu>,
+        config: &LayerConfig,
+        weights: &LayerWeights<'_>,
+        layout: WeightLayout,
+    ) -> Result<(Self, usize), KernelError> {
+        let w = DeviceWeights::load_padded(kernel, gpu, config, weights, layout.pad)?;
+        let block = weight_block(config);
+        let (nb, kb) = (config.n.div_ceil(block.0), config.k.div_ceil(block.1));
+        let scales = DeviceBuffer::from_host(gpu, &(layout.scales)(&w.host_scales, nb, kb))
+            .map_err(be(kernel))?;
+        let bytes = w.codes.len() + 4 * (scales.len() + w.bias.as_ref().map_or(0, |b| b.len()));
+        Ok((BlockWeights { w, scales }, bytes))
+    }
+
+    /// The layer's copy in `layout`: taken from the layer's `shared` weights when they
+    /// hold it, else made (and put there for the layer's other kernels).
+    pub fn get(
+        kernel: &'static str,
+        gpu: &Arc<Gpu>,
+        config: &LayerConfig,
+        weights: &LayerWeights<'_>,
+        layout: WeightLayout,
+        shared: Option<&Arc<SharedWeights>>,
+    ) -> Result<Arc<Self>, KernelError> {
+        let make = || Self::load(kernel, gpu, config, weights, layout);
+        match shared {
+            Some(s) => s.get_or_try_insert(layout.name, make),
+            None => make().map(|(w, _)| Arc::new(w)),
+        }
+    }
+
+    /// For a kernel that reads every layout: the first copy the layer's `shared` weights
+    /// hold, else a copy in `fallback` (put there as [`BlockWeights::get`] does).
+    pub fn any(
+        kernel: &'static str,
+        gpu: &Arc<Gpu>,
+        config: &LayerConfig,
+        weights: &LayerWeights<'_>,
+        fallback: WeightLayout,
+        shared: Option<&Arc<SharedWeights>>,
+    ) -> Result<Arc<Self>, KernelError> {
+        if let Some((w, _)) = shared.and_then(|s| s.any::<BlockWeights>()) {
+            return Ok(w);
+        }
+        Self::get(kernel, gpu, config, weights, fallback, shared)
+    }
+}
+
 /// How a kernel wants the 1 x C activation scales of a call.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ActLayout {
@@ -150,10 +234,9 @@ impl ActLayout {
 /// A block-scaled layer on the GPU: the weight codes (rows padded), the weight block scales
 /// in the kernel's layout, and the activation quantization with its scratch.
 pub struct BlockLayer {
-    /// The weight codes `[n, ldk]`, row stride, bias.
-    pub w: DeviceWeights,
-    /// The weight block scales in the kernel's [`ScaleLayout`].
-    pub scales: DeviceBuffer<f32>,
+    /// The weights in the kernel's layout (shared with the layer's other kernels of that
+    /// layout).
+    pub weights: Arc<BlockWeights>,
     quant: ActQuant,
     act: GroupQuantBuffers,
     layout: ActLayout,
@@ -174,30 +257,24 @@ pub struct BlockCall {
 }
 
 impl BlockLayer {
-    /// Validates and uploads the weights with rows padded to a multiple of `pad` bytes (16,
-    /// or 128 for whole K blocks), the scales in `scale_layout`, and loads the activation
-    /// quantization. Device weights must be on `gpu` and ready on its stream.
+    /// The weights in `layout` (the layer's shared copy when `shared` holds one, see
+    /// [`BlockWeights::get`]) and the activation quantization. Device weights must be on
+    /// `gpu` and ready on its stream.
     pub fn load(
         kernel: &'static str,
         gpu: &Arc<Gpu>,
         config: &LayerConfig,
-        weights: &LayerWeights<'_>,
-        pad: usize,
-        scale_layout: ScaleLayout,
+        (weights, shared): (&LayerWeights<'_>, Option<&Arc<SharedWeights>>),
+        layout: WeightLayout,
         act: ActLayout,
     ) -> Result<Self, KernelError> {
-        let w = DeviceWeights::load_padded(kernel, gpu, config, weights, pad)?;
-        let block = weight_block(config);
+        let weights = BlockWeights::get(kernel, gpu, config, weights, layout, shared)?;
         let grouping = Grouping::of(config).ok_or_else(|| {
             KernelError::backend(kernel, "block layers quantize activations in 1xC groups")
         })?;
-        let (nb, kb) = (config.n.div_ceil(block.0), config.k.div_ceil(block.1));
-        let scales = DeviceBuffer::from_host(gpu, &scale_layout(&w.host_scales, nb, kb))
-            .map_err(be(kernel))?;
         let quant = ActQuant::new(gpu).map_err(be(kernel))?;
         Ok(BlockLayer {
-            w,
-            scales,
+            weights,
             quant,
             act: GroupQuantBuffers::default(),
             layout: act,
@@ -236,8 +313,12 @@ impl BlockLayer {
         m: usize,
     ) -> Result<(u64, u64), CudaError> {
         let rows = self.rows(m);
-        self.act
-            .reserve(gpu, rows, (config.k, self.grouping.cols), self.w.ldk)
+        self.act.reserve(
+            gpu,
+            rows,
+            (config.k, self.grouping.cols),
+            self.weights.w.ldk,
+        )
     }
 
     /// Keeps grown activation buffers alive (graphs captured before stay valid).
@@ -263,7 +344,7 @@ impl BlockLayer {
                 gpu,
                 x.ptr,
                 config.input_dtype,
-                (m, config.k, rows, self.w.ldk),
+                (m, config.k, rows, self.weights.w.ldk),
                 self.grouping,
                 order,
             )

@@ -15,7 +15,7 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cublaslt::ScaleMode;
 use fp8_linear_cuda::{CudaError, Gpu};
 
-use super::block::{block_checks, ActLayout, BlockLayer, Blocks};
+use super::block::{block_checks, ActLayout, BlockLayer, Blocks, WeightLayout};
 use super::error::{be, be_at};
 use super::layer::GpuLayer;
 use super::lt_gemm::{lt_layer_checks, LtGemm};
@@ -58,6 +58,14 @@ impl CublasLtBlockFp8 {
     }
 }
 
+/// cuBLASLt's weight layout: K padded to whole 128-blocks (the block-scaled GEMM then never
+/// sees a partial group), scales in BLK128x128 order ([`blk128_weight_scales`]).
+pub const BLK128_LAYOUT: WeightLayout = WeightLayout {
+    name: "block FP8: rows padded to 128 bytes, BLK128x128 scales (rows of 4)",
+    pad: 128,
+    scales: blk128_weight_scales,
+};
+
 /// Weight block scales `[nb, kb]` (row-major) in cuBLASLt's BLK128x128 layout: rows of
 /// `kb` rounded up to 4, zero-padded.
 pub fn blk128_weight_scales(scales: &[f32], nb: usize, kb: usize) -> Vec<f32> {
@@ -67,14 +75,6 @@ pub fn blk128_weight_scales(scales: &[f32], nb: usize, kb: usize) -> Vec<f32> {
         dst[..kb].copy_from_slice(src);
     }
     out
-}
-
-impl CublasLtBlockFp8 {
-    /// The weights on the device and the activation quantization (after
-    /// `process_weights`), for a kernel that reads the same weights.
-    pub(crate) fn block_layer(&mut self) -> Result<&BlockLayer, KernelError> {
-        Ok(&self.layer.processed(NAME)?.2.block)
-    }
 }
 
 impl Fp8Kernel for CublasLtBlockFp8 {
@@ -89,12 +89,13 @@ impl Fp8Kernel for CublasLtBlockFp8 {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        let (gpu, config) = (&self.layer.gpu, &self.layer.config);
-        // K padded to whole 128-blocks: the block-scaled GEMM then never sees a partial group.
+        let l = &self.layer;
+        let (gpu, config) = (&l.gpu, &l.config);
         let act = ActLayout::ColMajor { rows: M_MULTIPLE };
-        let block = BlockLayer::load(NAME, gpu, config, weights, 128, blk128_weight_scales, act)?;
+        let w = (weights, l.shared.as_ref());
+        let block = BlockLayer::load(NAME, gpu, config, w, BLK128_LAYOUT, act)?;
         let modes = (ScaleMode::Blk128x128, ScaleMode::Vec128);
-        let gemm = LtGemm::new(gpu, config, block.w.ldk, modes).map_err(be(NAME))?;
+        let gemm = LtGemm::new(gpu, config, block.weights.w.ldk, modes).map_err(be(NAME))?;
         self.layer.set(State {
             block,
             gemm,
@@ -113,7 +114,10 @@ impl Fp8Kernel for CublasLtBlockFp8 {
         // reach output rows that are never copied out.
         let call = st.block.quantize(NAME, c, gpu, io)?;
         let mp = call.rows;
-        let (w, ws) = (st.block.w.codes.ptr(), st.block.scales.ptr());
+        let (w, ws) = (
+            st.block.weights.w.codes.ptr(),
+            st.block.weights.scales.ptr(),
+        );
         let target = padded.unwrap_or(call.out);
         // SAFETY: weight n*ldk bytes, scales in BLK128x128 layout, activations mp*ldk bytes,
         // activation scales kb*mp floats, output mp*n bf16 (the scratch when padded, else
@@ -153,7 +157,8 @@ impl State {
     ) -> Result<Option<u64>, CudaError> {
         let (_, act_scales) = self.block.reserve(c, gpu, m)?;
         let mp = self.block.rows(m);
-        self.gemm.plan(mp, self.block.scales.ptr(), act_scales)?;
+        self.gemm
+            .plan(mp, self.block.weights.scales.ptr(), act_scales)?;
         if mp == m {
             return Ok(None);
         }

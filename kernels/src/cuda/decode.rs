@@ -1,42 +1,41 @@
 //! Decode block-scaled FP8 on Hopper: M up to [`DECODE_MAX_M`] rows in one launch that
 //! quantizes the activations itself, streams the weight once at full bandwidth with FP8
 //! `mma.sync` (swap AB: the weight is the 16-row operand) and reduces split K inside the
-//! kernel (the last split of a tile sums the partials; no memset, no second launch), by
-//! default for M up to [`DECODE_DEFAULT_M`] (where it measured faster). Larger M go to the
-//! kernel the block table ranks next for the layer on this GPU (cuBLASLt
-//! block-scaled, else our Hopper kernel, else the portable one), which owns the weights: the
-//! decode launch reads that kernel's device copy, so the layer is on the GPU once.
-//! Source: `cu/decode_gemm.cu`.
+//! kernel (the last split of a tile sums the partials; no memset, no second launch).
+//!
+//! An ordinary entry of the block table: it serves M = 1 (`rows = 1..=1`, where it
+//! measured faster than cuBLASLt block-scaled on every layer of the H200 bench), and a
+//! layer's plan gives larger M to the next kernel of the table. It reads the weights in
+//! any block layout, so in a plan with cuBLASLt, Hopper or the portable kernel it uses
+//! their device copy: the layer holds the weights once. Built alone it runs any M up to
+//! [`DECODE_MAX_M`]. Source: `cu/decode_gemm.cu`.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, PushKernelArg};
 use fp8_linear_core::{
-    fp8_kernel, BuildCtx, Device, Fp8Kernel, KernelEntry, KernelError, LayerConfig, LayerWeights,
-    Registered, Tensor, TensorMut, Unsupported,
+    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
+    Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::Gpu;
 
-use super::block::{block_checks, tile_indices_fit, weight_block, BlockLayer, Blocks};
+use super::block::{
+    block_checks, tile_indices_fit, weight_block, BlockWeights, Blocks, ROWS_16_ROW_MAJOR,
+};
+use super::device_io::{check_row_count, device_io};
 use super::dtype::float_index;
 use super::error::{be, be_at};
 use super::launch::{grid, launch};
+use super::layer::GpuLayer;
 use super::quant::{vector_loads, Grouping};
 use super::scratch::Scratch;
 use super::sources::decode_module;
-use super::{CublasLtBlockFp8, HopperBlockFp8, PortableBlockFp8};
 
 const NAME: &str = DecodeBlockFp8::NAME;
 
-/// The most rows the decode kernel can take (see [`DecodeBlockFp8::with_decode_up_to`]).
+/// The most rows the decode kernel can take in one call.
 pub const DECODE_MAX_M: usize = 16;
-
-/// The rows the decode kernel takes by default; larger M run on the prefill kernel. Set
-/// from the H200 measurements (BENCHMARKS.md, "the decode kernel"): at M = 1 it is
-/// 1.06-1.46x cuBLASLt block-scaled on all eight DeepSeek-V3-style layers measured; at M = 4
-/// it wins on half of them, at M = 16 on none yet.
-pub const DECODE_DEFAULT_M: usize = 1;
 
 /// Weight rows per CTA of the decode kernel (`DROWS` in the source).
 const ROWS_PER_CTA: usize = 256;
@@ -56,98 +55,19 @@ const fn smem_bytes(rows: usize, kbps: usize) -> usize {
 
 /// Block-scaled FP8 for decode on Hopper (sm_90): RxC weight blocks with R a multiple of 8
 /// and C = 128, dynamic 1x128 activation groups (f32 or ue8m0 scales), any N and K, f32,
-/// f16 or bf16 in and out, bias. M up to [`DecodeBlockFp8::decode_up_to`] (default
-/// [`DECODE_DEFAULT_M`]) runs the one-launch decode kernel; larger M run on the next kernel
-/// of the block table that takes the layer here.
-#[fp8_kernel(platform = Cuda, priority = 1, arch = sm90, backend = decode)]
+/// f16 or bf16 in and out, bias; up to [`DECODE_MAX_M`] rows a call. In a plan it serves
+/// M = 1 (measured on the H200: 1.06-1.46x cuBLASLt block-scaled at M = 1 on the eight
+/// DeepSeek-V3-style layers; at M = 4 it wins on half of them, at M = 16 on none).
+#[fp8_kernel(platform = Cuda, priority = 1, arch = sm90, backend = decode, rows = 1..=1)]
 pub struct DecodeBlockFp8 {
-    prefill: Prefill,
-    gpu: Arc<Gpu>,
-    config: LayerConfig,
+    layer: GpuLayer<State>,
     /// Upper bound on K splits (the build options' `max_splits`, default 32).
     max_splits: usize,
-    /// M up to this run on the decode kernel.
-    decode_up_to: usize,
-    state: Option<State>,
-}
-
-/// The kernel that runs M above the decode range and owns the weights.
-enum Prefill {
-    Lt(Box<CublasLtBlockFp8>),
-    Hopper(Box<HopperBlockFp8>),
-    Portable(Box<PortableBlockFp8>),
-}
-
-/// The kernel that runs a layer's M above the decode range on a device: the first of
-/// cuBLASLt block-scaled, Hopper and portable (the block table's order) whose arch matches
-/// the device and that implements the layer; None when none does.
-pub fn prefill_entry(device: &Device, config: &LayerConfig) -> Option<&'static KernelEntry> {
-    [
-        &CublasLtBlockFp8::ENTRY,
-        &HopperBlockFp8::ENTRY,
-        &PortableBlockFp8::ENTRY,
-    ]
-    .into_iter()
-    .find(|e| e.arch.matches(device.capability) && (e.can_implement)(config).is_ok())
-}
-
-/// Why the decode kernel runs a layer the way it does on a device, for `explain`: which M
-/// it runs itself and which kernel takes the rest.
-pub fn describe(device: &Device, config: &LayerConfig) -> String {
-    let prefill = prefill_entry(device, config).map_or("no kernel", |e| e.name);
-    format!(
-        "M = {DECODE_DEFAULT_M} on {NAME} (one launch: activation quantization fused, the FP8 \
-         weight streamed once, K splits reduced inside the kernel; measured 1.06-1.46x cuBLASLt \
-         block-scaled at M = 1 on the H200, BENCHMARKS.md); M > {DECODE_DEFAULT_M} on {prefill}, \
-         the next kernel of the table that takes the layer here (it holds the weights, which \
-         the decode launch reads)"
-    )
-}
-
-impl Prefill {
-    /// The kernel [`prefill_entry`] names, built for the context.
-    fn pick(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
-        match prefill_entry(ctx.device(), ctx.config()).map(|e| e.name) {
-            Some(CublasLtBlockFp8::NAME) => Ok(Prefill::Lt(Box::new(CublasLtBlockFp8::new(ctx)?))),
-            Some(HopperBlockFp8::NAME) => Ok(Prefill::Hopper(Box::new(HopperBlockFp8::new(ctx)?))),
-            Some(PortableBlockFp8::NAME) => {
-                Ok(Prefill::Portable(Box::new(PortableBlockFp8::new(ctx)?)))
-            }
-            _ => Err(KernelError::backend(
-                NAME,
-                "no block kernel takes this layer's M above 16 on this GPU",
-            )),
-        }
-    }
-
-    fn kernel(&mut self) -> &mut dyn Fp8Kernel {
-        match self {
-            Prefill::Lt(k) => k.as_mut(),
-            Prefill::Hopper(k) => k.as_mut(),
-            Prefill::Portable(k) => k.as_mut(),
-        }
-    }
-
-    /// The prefill kernel's weights (after `process_weights`).
-    fn block(&mut self) -> Result<&BlockLayer, KernelError> {
-        match self {
-            Prefill::Lt(k) => k.block_layer(),
-            Prefill::Hopper(k) => k.block_layer(),
-            Prefill::Portable(k) => k.block_layer(),
-        }
-    }
-
-    /// The prefill kernel's name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Prefill::Lt(_) => CublasLtBlockFp8::NAME,
-            Prefill::Hopper(_) => HopperBlockFp8::NAME,
-            Prefill::Portable(_) => PortableBlockFp8::NAME,
-        }
-    }
 }
 
 struct State {
+    /// The layer's weights, in whichever block layout the layer holds them.
+    weights: Arc<BlockWeights>,
     /// `decode_gemm_m8` (M <= 8) and `decode_gemm_m16`.
     gemm: [CudaFunction; 2],
     _module: Arc<CudaModule>,
@@ -157,39 +77,17 @@ struct State {
 }
 
 impl DecodeBlockFp8 {
-    /// Picks the prefill kernel for the layer on the context's GPU (nothing touches the GPU
-    /// until `process_weights`).
+    /// Builds the kernel for a layer on the context's GPU (nothing touches the GPU until
+    /// `process_weights`).
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
-        let prefill = Prefill::pick(ctx)?;
         Ok(DecodeBlockFp8 {
-            prefill,
-            gpu: super::device_io::gpu_of(NAME, ctx)?,
-            config: *ctx.config(),
+            layer: GpuLayer::new(NAME, ctx)?,
             max_splits: ctx
                 .options()
                 .max_splits
                 .map_or(32, usize::from)
                 .clamp(1, 64),
-            decode_up_to: DECODE_DEFAULT_M,
-            state: None,
         })
-    }
-
-    /// Runs M up to `m` (clamped to 1..=[`DECODE_MAX_M`]) on the decode kernel instead of
-    /// [`DECODE_DEFAULT_M`]: for measuring it, or for a GPU where it wins further.
-    pub fn with_decode_up_to(mut self, m: usize) -> Self {
-        self.decode_up_to = m.clamp(1, DECODE_MAX_M);
-        self
-    }
-
-    /// The most rows a call runs on the decode kernel; larger M go to [`Self::prefill_kernel`].
-    pub fn decode_up_to(&self) -> usize {
-        self.decode_up_to
-    }
-
-    /// The kernel that runs M above [`Self::decode_up_to`] for this layer.
-    pub fn prefill_kernel(&self) -> &'static str {
-        self.prefill.name()
     }
 }
 
@@ -310,22 +208,25 @@ impl Fp8Kernel for DecodeBlockFp8 {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        self.state = None;
-        self.prefill.kernel().process_weights(weights)?;
-        let c = &self.config;
+        self.layer.clear();
+        let l = &self.layer;
+        let (c, gpu) = (&l.config, &l.gpu);
+        let weights =
+            BlockWeights::any(NAME, gpu, c, weights, ROWS_16_ROW_MAJOR, l.shared.as_ref())?;
         let dtypes = (
             float_index("input", c.input_dtype)?,
             float_index("output", c.output_dtype)?,
         );
         let spec = decode_module(weight_block(c), dtypes);
-        let (module, _) = self.gpu.module(&spec).map_err(be(NAME))?;
+        let (module, _) = gpu.module(&spec).map_err(be(NAME))?;
         let smem = smem_bytes(16, MAX_KB_PER_SPLIT) as u32;
         let load = |name: &str| {
             fp8_linear_cuda::function_with_shared_memory(&module, name, smem).map_err(be(NAME))
         };
         let gemm = [load("decode_gemm_m8")?, load("decode_gemm_m16")?];
         let ue8m0 = Grouping::of(c).is_some_and(|g| g.ue8m0);
-        self.state = Some(State {
+        self.layer.set(State {
+            weights,
             gemm,
             _module: module,
             ws: Scratch::default(),
@@ -335,20 +236,23 @@ impl Fp8Kernel for DecodeBlockFp8 {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let (c, gpu) = (&self.config, &self.gpu);
-        let state = fp8_linear_core::kernel::processed(&mut self.state, NAME)?;
-        // Above the decode range the prefill kernel runs (and checks) the whole call.
-        if input.shape[0] > self.decode_up_to {
-            return self.prefill.kernel().apply(input, output);
+        let max_splits = self.max_splits;
+        let (c, gpu, state) = self.layer.processed(NAME)?;
+        if input.shape[0] > DECODE_MAX_M {
+            return Err(KernelError::shape(
+                "input",
+                format!("[M, K] with M <= {DECODE_MAX_M} (the decode kernel's rows)"),
+                format!("{:?}", input.shape),
+            ));
         }
-        let block = self.prefill.block()?;
-        let (m, x, out) = block.check(NAME, c, gpu, input, output)?;
-        let p = Plan::new(c, gpu, self.max_splits, m);
+        let (m, x, out) = device_io(NAME, c, gpu, input, output)?;
+        check_row_count(input, m, c.n)?;
+        let p = Plan::new(c, gpu, max_splits, m);
         // Everything the call needs, before anything is enqueued.
         let ws = state.reserve(c, gpu, &p, m)?;
-        let block = self.prefill.block()?;
         let (n, k) = (c.n, c.k);
         let nb = n.div_ceil(weight_block(c).0);
+        let block = &state.weights;
         let s_ld = block.scales.len() / nb;
         let w = &block.w;
         let bias = w.bias.as_ref().map_or(0, |b| b.ptr());
@@ -399,12 +303,11 @@ impl Fp8Kernel for DecodeBlockFp8 {
     }
 
     fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        self.prefill.kernel().prepare(max_m)?;
-        let (c, gpu) = (&self.config, &self.gpu);
-        let state = fp8_linear_core::kernel::processed(&mut self.state, NAME)?;
+        let max_splits = self.max_splits;
+        let (c, gpu, state) = self.layer.processed(NAME)?;
         state.ws.keep_retired();
-        for m in 1..=max_m.min(self.decode_up_to) {
-            let p = Plan::new(c, gpu, self.max_splits, m);
+        for m in 1..=max_m.min(DECODE_MAX_M) {
+            let p = Plan::new(c, gpu, max_splits, m);
             state.reserve(c, gpu, &p, m)?;
         }
         Ok(())

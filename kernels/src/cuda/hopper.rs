@@ -25,7 +25,7 @@ use fp8_linear_cuda::tma::TensorMap;
 use fp8_linear_cuda::Gpu;
 
 use super::block::{
-    block_checks, row_major, tile_indices_fit, weight_block, ActLayout, BlockLayer, Blocks,
+    block_checks, tile_indices_fit, weight_block, ActLayout, BlockLayer, Blocks, ROWS_16_ROW_MAJOR,
 };
 use super::dtype::float_index;
 use super::error::{be, be_at};
@@ -268,14 +268,6 @@ fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
     Ok((module, variants, finalize))
 }
 
-impl HopperBlockFp8 {
-    /// The weights on the device and the activation quantization (after
-    /// `process_weights`), for a kernel that reads the same weights.
-    pub(crate) fn block_layer(&mut self) -> Result<&BlockLayer, KernelError> {
-        Ok(&self.layer.processed(NAME)?.2.block)
-    }
-}
-
 impl Fp8Kernel for HopperBlockFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
         // Rows are padded to 16 bytes at load (TMA's stride rule), so any K works; TMA
@@ -294,11 +286,13 @@ impl Fp8Kernel for HopperBlockFp8 {
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        let (gpu, config) = (&self.layer.gpu, &self.layer.config);
+        let l = &self.layer;
+        let (gpu, config) = (&l.gpu, &l.config);
         let act = ActLayout::ColMajor { rows: 1 };
-        let block = BlockLayer::load(NAME, gpu, config, weights, 16, row_major, act)?;
+        let w = (weights, l.shared.as_ref());
+        let block = BlockLayer::load(NAME, gpu, config, w, ROWS_16_ROW_MAJOR, act)?;
         let (module, variants, finalize) = load(gpu, weight_block(config))?;
-        let w = &block.w;
+        let w = &block.weights.w;
         let tb = TensorMap::e4m3_2d(w.codes.ptr(), config.n, w.ldk, w.ldk, 128, 128)
             .map_err(be(NAME))?;
         let tb_half =
@@ -334,7 +328,7 @@ impl Fp8Kernel for HopperBlockFp8 {
         let ws = st.reserve(c, gpu, &p, m)?;
         let call = st.block.quantize(NAME, c, gpu, io)?;
         let (n, k) = (c.n, c.k);
-        let ldk = st.block.w.ldk;
+        let ldk = st.block.weights.w.ldk;
         let (q, a_s, out) = (call.codes, call.scales, call.out);
         let v = &st.variants[p.variant];
         let key = (q, m, v.bm);
@@ -350,8 +344,15 @@ impl Fp8Kernel for HopperBlockFp8 {
         };
         let (splits, kbps) = (p.splits, p.kb_per_split);
         let oi = float_index("output", c.output_dtype)?;
-        let bias = st.block.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
-        let bsptr = st.block.scales.ptr();
+        let bias = st
+            .block
+            .weights
+            .w
+            .bias
+            .as_ref()
+            .map(|b| b.ptr())
+            .unwrap_or(0);
+        let bsptr = st.block.weights.scales.ptr();
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
         let (kbpsi, splitsi) = (kbps as i32, splits as i32);
         let tb = if v.cluster > 1 { st.tb_half } else { st.tb };

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use fp8_linear_core::kernel::processed;
-use fp8_linear_core::{BuildCtx, KernelError, LayerConfig};
+use fp8_linear_core::{BuildCtx, KernelError, LayerConfig, SharedWeights};
 use fp8_linear_cuda::Gpu;
 
 use super::device_io::gpu_of;
@@ -15,6 +15,9 @@ pub struct GpuLayer<S> {
     pub config: LayerConfig,
     /// The GPU handle from the build context.
     pub gpu: Arc<Gpu>,
+    /// The layer's store of weight copies its kernels share (from the build context; None
+    /// for a kernel built alone).
+    pub shared: Option<Arc<SharedWeights>>,
     state: Option<S>,
 }
 
@@ -24,6 +27,7 @@ impl<S> GpuLayer<S> {
         Ok(GpuLayer {
             config: *ctx.config(),
             gpu: gpu_of(kernel, ctx)?,
+            shared: ctx.shared().cloned(),
             state: None,
         })
     }

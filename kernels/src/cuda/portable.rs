@@ -16,7 +16,7 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{CudaError, Gpu};
 
-use super::block::{block_checks, row_major, weight_block, ActLayout, BlockLayer, Blocks};
+use super::block::{block_checks, weight_block, ActLayout, BlockLayer, Blocks, ROWS_16_ROW_MAJOR};
 use super::dtype::float_index;
 use super::error::{be, be_at, compile_target};
 use super::launch::{grid, launch, per_float};
@@ -142,30 +142,16 @@ fn load_variant(
     })
 }
 
-impl PortableBlockFp8 {
-    /// The weights on the device and the activation quantization (after
-    /// `process_weights`), for a kernel that reads the same weights.
-    pub(crate) fn block_layer(&mut self) -> Result<&BlockLayer, KernelError> {
-        Ok(&self.layer.processed(NAME)?.2.block)
-    }
-}
-
 impl Fp8Kernel for PortableBlockFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
         block_checks(config, Blocks::Tiled)
     }
 
     fn process_weights(&mut self, weights: &LayerWeights<'_>) -> Result<(), KernelError> {
-        let (gpu, config) = (&self.layer.gpu, &self.layer.config);
-        let block = BlockLayer::load(
-            NAME,
-            gpu,
-            config,
-            weights,
-            16,
-            row_major,
-            ActLayout::RowMajor,
-        )?;
+        let l = &self.layer;
+        let (gpu, config) = (&l.gpu, &l.config);
+        let w = (weights, l.shared.as_ref());
+        let block = BlockLayer::load(NAME, gpu, config, w, ROWS_16_ROW_MAJOR, ActLayout::RowMajor)?;
         let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
         let scale_block = weight_block(config);
         let (forced, target) = (self.blocks_per_sm, self.target);
@@ -198,12 +184,22 @@ impl Fp8Kernel for PortableBlockFp8 {
         let ws = st.reserve(c, gpu, &p, m).map_err(be_at(NAME, m))?;
         let call = st.block.quantize(NAME, c, gpu, io)?;
         let (n, k) = (c.n, c.k);
-        let ldk = st.block.w.ldk;
+        let ldk = st.block.weights.w.ldk;
         let v = &st.variants[p.variant];
         let bm = 32 * v.mt as usize;
         let oi = float_index("output", c.output_dtype)?;
-        let bias = st.block.w.bias.as_ref().map(|b| b.ptr()).unwrap_or(0);
-        let (wptr, bsptr) = (st.block.w.codes.ptr(), st.block.scales.ptr());
+        let bias = st
+            .block
+            .weights
+            .w
+            .bias
+            .as_ref()
+            .map(|b| b.ptr())
+            .unwrap_or(0);
+        let (wptr, bsptr) = (
+            st.block.weights.w.codes.ptr(),
+            st.block.weights.scales.ptr(),
+        );
         let (q, a_s, out) = (call.codes, call.scales, call.out);
         let (mi, ni, ki, kpi) = (m as i32, n as i32, k as i32, ldk as i32);
         let ld = ldk as i32;

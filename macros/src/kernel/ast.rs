@@ -63,6 +63,7 @@ keys! {
     numerics => Numerics,
     backend => Backend,
     force_arch => ForceArch,
+    rows => Rows,
 }
 
 impl Key {
@@ -208,6 +209,7 @@ mod tests {
             numerics = W8A16,
             backend = marlin,
             force_arch = sm80..,
+            rows = 1..=16,
             crate = fp8_linear,
         ))
         .unwrap();
@@ -221,12 +223,13 @@ mod tests {
                 "numerics",
                 "backend",
                 "force_arch",
+                "rows",
                 "crate"
             ]
         );
         assert_eq!(
             Key::expected(),
-            "platform, priority, arch, params, numerics, backend, force_arch, crate"
+            "platform, priority, arch, params, numerics, backend, force_arch, rows, crate"
         );
     }
 
@@ -251,7 +254,7 @@ mod tests {
         assert_eq!(
             msg(quote!(Cpu, priority = 1)),
             "expected a `key = value` argument, found `Cpu`; the keys are: platform, priority, \
-             arch, params, numerics, backend, force_arch, crate"
+             arch, params, numerics, backend, force_arch, rows, crate"
         );
         assert!(msg(quote!(platform = Cpu, 1))
             .starts_with("expected a `key = value` argument, found `1`"));

@@ -87,6 +87,9 @@ pub enum Value {
     Numerics(Numerics),
     /// `backend = marlin` or `backend = "marlin"`
     Backend(String),
+    /// `rows = 1..=16`, `rows = 17..` or `rows = 1..17`: the rows (M) of a call the kernel
+    /// serves, as (first, last) with `last` None for no upper bound; never empty, from 1.
+    Rows(u64, Option<u64>),
     /// `crate = path` or `crate = "path"`
     Crate(syn::Path),
 }
@@ -155,6 +158,7 @@ fn interpret_one(arg: &RawArg, errs: &mut Errors) -> Option<Attr> {
         Key::Params => params(v, errs).map(Value::Params),
         Key::Numerics => numerics(v, errs).map(Value::Numerics),
         Key::Backend => backend(v, errs).map(Value::Backend),
+        Key::Rows => rows(v, errs).map(|(lo, hi)| Value::Rows(lo, hi)),
         Key::Crate => krate_value(v, errs).map(Value::Crate),
     };
     Some(Attr {
@@ -230,6 +234,83 @@ fn platform(v: &Expr, errs: &mut Errors) -> Option<Platform> {
             None
         }
     }
+}
+
+/// `rows = A..=B`, `A..B` or `A..`, integers: (A, the last row or None). Refused: not a
+/// range, a bound that is not an integer, a missing lower bound, A = 0 (a call has at least
+/// one row), and an empty or inverted range, each at the user's tokens.
+fn rows(v: &Expr, errs: &mut Errors) -> Option<(u64, Option<u64>)> {
+    const FORM: &str = "write `rows = 1..=16` (rows 1 to 16), `rows = 17..` (17 and more) or \
+                        `rows = 1..17` (1 to 16)";
+    let Expr::Range(ExprRange {
+        start, limits, end, ..
+    }) = v
+    else {
+        errs.spanned(
+            v,
+            format!(
+                "`rows` expects a range of row counts (M), found {}; {FORM}",
+                describe(v)
+            ),
+        );
+        return None;
+    };
+    let bound = |e: &Expr, errs: &mut Errors| -> Option<u64> {
+        match peel(e) {
+            Expr::Lit(ExprLit {
+                lit: Lit::Int(i), ..
+            }) => match i.base10_parse::<u64>() {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    errs.spanned(i, "a `rows` bound must fit in a u64");
+                    None
+                }
+            },
+            other => {
+                errs.spanned(
+                    other,
+                    format!(
+                        "a `rows` bound is an integer row count, found {}",
+                        describe(other)
+                    ),
+                );
+                None
+            }
+        }
+    };
+    let Some(start) = start else {
+        errs.spanned(
+            v,
+            format!("`rows` needs a lower bound (at least 1); {FORM}"),
+        );
+        return None;
+    };
+    let lo = bound(start, errs)?;
+    if lo == 0 {
+        errs.spanned(start, "`rows` starts at 1: a call has at least one row");
+        return None;
+    }
+    let hi = match (end, limits) {
+        (None, _) => None,
+        (Some(e), RangeLimits::Closed(_)) => Some(bound(e, errs)?),
+        (Some(e), RangeLimits::HalfOpen(_)) => Some(bound(e, errs)?.checked_sub(1).unwrap_or(0)),
+    };
+    if let Some(last) = hi {
+        if last < lo {
+            errs.spanned(
+                v,
+                format!(
+                    "`rows = {}` is empty: no row count is in it (the first is {lo}, the last \
+                     {last}); {FORM}",
+                    quote::ToTokens::to_token_stream(v)
+                        .to_string()
+                        .replace(' ', "")
+                ),
+            );
+            return None;
+        }
+    }
+    Some((lo, hi))
 }
 
 fn priority(v: &Expr, errs: &mut Errors) -> Option<u16> {
@@ -548,12 +629,42 @@ mod tests {
     }
 
     #[test]
+    fn rows_are_a_nonempty_range_from_one() {
+        let rows = |t| match one(t) {
+            Ok(Value::Rows(lo, hi)) => Ok((lo, hi)),
+            Ok(v) => panic!("{v:?}"),
+            Err(e) => Err(e),
+        };
+        assert_eq!(rows(quote!(rows = 1..=16)), Ok((1, Some(16))));
+        assert_eq!(rows(quote!(rows = 17..)), Ok((17, None)));
+        assert_eq!(rows(quote!(rows = 1..17)), Ok((1, Some(16))));
+        assert_eq!(rows(quote!(rows = 4..=4)), Ok((4, Some(4))));
+        let e = rows(quote!(rows = 16..=1)).unwrap_err();
+        assert!(e.starts_with("`rows = 16..=1` is empty"), "{e}");
+        let e = rows(quote!(rows = 5..5)).unwrap_err();
+        assert!(e.starts_with("`rows = 5..5` is empty"), "{e}");
+        assert_eq!(
+            rows(quote!(rows = 0..=16)).unwrap_err(),
+            "`rows` starts at 1: a call has at least one row"
+        );
+        assert!(rows(quote!(rows = ..=16))
+            .unwrap_err()
+            .starts_with("`rows` needs a lower bound"));
+        assert!(rows(quote!(rows = 16))
+            .unwrap_err()
+            .starts_with("`rows` expects a range of row counts (M), found an integer"));
+        assert!(rows(quote!(rows = 1..=big))
+            .unwrap_err()
+            .starts_with("a `rows` bound is an integer row count"));
+    }
+
+    #[test]
     fn misspelled_keys_get_a_suggestion() {
         let (_, msgs) = run(quote!(priorty = 1));
         assert_eq!(
             msgs,
             ["unsupported fp8_kernel argument `priorty` (did you mean `priority`?); expected one \
-              of: platform, priority, arch, params, numerics, backend, force_arch, crate"]
+              of: platform, priority, arch, params, numerics, backend, force_arch, rows, crate"]
         );
         let (_, msgs) = run(quote!(numerics = w8a16));
         assert!(msgs[0].starts_with("unknown numerics `w8a16` (did you mean `W8A16`?);"));

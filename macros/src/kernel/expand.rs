@@ -76,6 +76,16 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let backend = &spec.backend;
+    let rows = {
+        let first = spec.rows.0 as usize;
+        match spec.rows.1 {
+            Some(last) => {
+                let last = last as usize;
+                quote!(#p::RowRange::new(#first, #last))
+            }
+            None => quote!(#p::RowRange::from(#first)),
+        }
+    };
     let numerics = match &spec.numerics {
         Some(n) => {
             let id = n.value.ident(n.span);
@@ -126,6 +136,7 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
                 arch: #arch_tokens,
                 force_arch: #force_arch,
                 backend: #backend,
+                rows: #rows,
                 params: #param_list,
                 numerics: #numerics,
                 can_implement: <#name as #p::Fp8Kernel>::can_implement,

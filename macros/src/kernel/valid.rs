@@ -32,6 +32,8 @@ pub struct KernelSpec {
     pub numerics: Option<Spanned<Numerics>>,
     /// Backend family name.
     pub backend: String,
+    /// The rows (M) of a call the kernel serves: (first, last), last None for no bound.
+    pub rows: (u64, Option<u64>),
     /// Path of the crate that re-exports `__private` (default `::fp8_linear`).
     pub krate: syn::Path,
 }
@@ -78,6 +80,7 @@ pub fn validate(attrs: &[Attr], item: &syn::Item, mut errs: Errors) -> syn::Resu
     let mut params = None;
     let mut numerics = None;
     let mut backend = None;
+    let mut rows = None;
     let mut krate = None;
     for a in attrs {
         if a.guessed {
@@ -101,6 +104,7 @@ pub fn validate(attrs: &[Attr], item: &syn::Item, mut errs: Errors) -> syn::Resu
             Some(Value::Params(p)) => params = Some(Spanned::new(p, span)),
             Some(Value::Numerics(n)) => numerics = Some(Spanned::new(n, span)),
             Some(Value::Backend(b)) => backend = Some(b),
+            Some(Value::Rows(lo, hi)) => rows = Some((lo, hi)),
             Some(Value::Crate(c)) => krate = Some(c),
         }
     }
@@ -155,6 +159,7 @@ pub fn validate(attrs: &[Attr], item: &syn::Item, mut errs: Errors) -> syn::Resu
         params,
         numerics,
         backend,
+        rows: rows.unwrap_or((1, None)),
         krate: krate.unwrap_or_else(|| syn::parse_quote!(::fp8_linear)),
     })
 }
@@ -362,7 +367,7 @@ mod tests {
         assert_eq!(
             errors(quote!(platform = Cpu, priorty = 1)),
             ["unsupported fp8_kernel argument `priorty` (did you mean `priority`?); expected one \
-              of: platform, priority, arch, params, numerics, backend, force_arch, crate"]
+              of: platform, priority, arch, params, numerics, backend, force_arch, rows, crate"]
         );
         assert_eq!(
             errors(quote!(platform = Cuda, priority = 1, acrh = sm80)).len(),
