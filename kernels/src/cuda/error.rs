@@ -49,12 +49,18 @@ mod tests {
     fn the_cuda_error_is_the_source() {
         let cuda = CudaError::InvalidArgument("grid too large".into());
         let e = be("SomeKernel")(cuda.clone());
-        assert_eq!(e.to_string(), "SomeKernel: invalid argument: grid too large");
+        assert_eq!(
+            e.to_string(),
+            "SomeKernel: invalid argument: grid too large"
+        );
         let source = e.source().expect("the CUDA error as source");
         assert_eq!(source.downcast_ref::<CudaError>(), Some(&cuda));
 
         let e = be_at("SomeKernel", 4)(cuda.clone());
-        assert_eq!(e.source().and_then(|s| s.downcast_ref::<CudaError>()), Some(&cuda));
+        assert_eq!(
+            e.source().and_then(|s| s.downcast_ref::<CudaError>()),
+            Some(&cuda)
+        );
         let capturing = CudaError::Capturing {
             what: "allocate".into(),
         };
@@ -65,6 +71,9 @@ mod tests {
 
         let e = KernelError::from(cuda.clone());
         assert_eq!(e.to_string(), "cuda: invalid argument: grid too large");
-        assert_eq!(e.source().and_then(|s| s.downcast_ref::<CudaError>()), Some(&cuda));
+        assert_eq!(
+            e.source().and_then(|s| s.downcast_ref::<CudaError>()),
+            Some(&cuda)
+        );
     }
 }

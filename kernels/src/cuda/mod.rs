@@ -60,12 +60,11 @@ pub use quant::{ActQuant, Grouping, ScaleOrder};
 /// re-exported item by item, all but its `cudarc`: cudarc is reached through [`interop`].
 pub mod runtime {
     pub use fp8_linear_cuda::{
-        buffer, cache, context, cublaslt, device, error, function, module, nvrtc, probe, timer,
-        tma,
+        buffer, cache, context, cublaslt, device, error, function, module, nvrtc, probe, timer, tma,
     };
     pub use fp8_linear_cuda::{
-        device_count, discover, function_with_shared_memory, CudaError, DeviceBuffer,
-        EventTimer, Gpu, LoadSource, LoadStats, ModuleSpec,
+        device_count, discover, function_with_shared_memory, CudaError, DeviceBuffer, EventTimer,
+        Gpu, LoadSource, LoadStats, ModuleSpec,
     };
 }
 
