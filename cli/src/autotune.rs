@@ -16,10 +16,9 @@ use serde_json::{json, Value};
 
 use crate::check::{count_nan, tolerance, Reference};
 use crate::error::{as_kind, CliError, Kind};
+use crate::executor::Executor;
 use crate::place::Place;
-use crate::run_layer::{
-    gather_rows, reference_rows, sample_rows, to_dtype_bits, Executor, RandomWeights,
-};
+use crate::run_layer::{gather_rows, reference_rows, sample_rows, to_dtype_bits, RandomWeights};
 use crate::sizes::{try_collect, try_filled};
 
 /// The reference check of one measured kernel at one M.

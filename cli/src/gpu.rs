@@ -10,7 +10,7 @@ use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::{bf16, f16, DType, LayerConfig, Linear};
 
 use crate::error::CliError;
-use crate::run_layer::{Executor, POISON_16};
+use crate::executor::{Executor, POISON_16};
 use crate::sizes::{try_collect, try_filled};
 
 /// Runs layers on device memory: uploads the input, times the call with CUDA events,

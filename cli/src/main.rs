@@ -20,6 +20,7 @@
 mod autotune;
 mod check;
 mod error;
+mod executor;
 mod explain;
 mod gen;
 #[cfg(feature = "cuda")]

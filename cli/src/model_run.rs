@@ -19,10 +19,11 @@ use serde_json::{json, Value};
 
 use crate::check::{count_nan, tolerance, Reference};
 use crate::error::{CliError, Kind};
+use crate::executor::Executor;
 use crate::layer_reference::reference_rows;
 use crate::place::{choose, Place};
 use crate::plan::bytes;
-use crate::run_layer::{gather_rows, random_activations, sample_rows, Executor};
+use crate::run_layer::{gather_rows, random_activations, sample_rows};
 use crate::sizes::try_filled;
 
 /// Checkpoint options of `run`.
@@ -560,7 +561,7 @@ mod tests {
         assert_eq!(configs.len(), distinct.len());
 
         // A whole run on the CPU: every layer served, the checked ones within tolerance.
-        let mut exec = crate::run_layer::HostExecutor;
+        let mut exec = crate::executor::HostExecutor;
         let builtin = &fp8_linear::tables::BUILTIN;
         let r = run(
             &dir,
@@ -647,7 +648,7 @@ mod tests {
                 .all(|l| l.config.family() == Family::BlockScaled && l.config.activation.is_some()),
             "the tiny checkpoint has block W8A8 layers"
         );
-        let mut exec = crate::run_layer::HostExecutor;
+        let mut exec = crate::executor::HostExecutor;
         let spec = RunSpec {
             m: 4,
             iters: 1,

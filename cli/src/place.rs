@@ -10,7 +10,7 @@ use fp8_linear::{
 };
 
 use crate::error::CliError;
-use crate::run_layer::{Executor, HostExecutor};
+use crate::executor::{Executor, HostExecutor};
 
 /// Device selection of the commands that run layers.
 #[derive(Args, Debug, Clone, Default)]

@@ -1,18 +1,15 @@
 //! `run` without a checkpoint: a random FP8 layer of the given shape on the current device,
 //! checked against the f64 reference of the numerics its kernel implements.
 
-use std::time::Instant;
-
 use fp8_linear::cpu::{quantize, reference};
 use fp8_linear::fp8::{e4m3_to_f32, f32_to_e4m3};
-use fp8_linear::{
-    DType, LayerConfig, LayerWeights, Linear, Options, Registry, Tensor, TensorMut, TuningFile,
-};
+use fp8_linear::{DType, LayerConfig, LayerWeights, Linear, Options, Registry, Tensor, TuningFile};
 use rand::Rng;
 use serde_json::{json, Value};
 
 use crate::check::{count_nan, tolerance, Reference};
-use crate::error::{as_kind, CliError, Kind};
+use crate::error::{CliError, Kind};
+use crate::executor::Executor;
 use crate::place::{choose, Place};
 use crate::sizes::{try_collect, try_filled};
 
@@ -268,63 +265,6 @@ fn deq_groups(q: &[u8], s: &[f32], m: usize, k: usize, g: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Runs one forward call of a layer on `x` (`[m, k]` f32 values already representable in
-/// the input dtype) and writes the output as f32; returns the seconds the call took. The
-/// buffer handed to the kernel is poisoned first (NaN for f32, 0xffff for bf16 / f16, a NaN
-/// in both), so an element the kernel does not write comes back as NaN in `out`.
-pub trait Executor {
-    /// One timed forward call.
-    fn forward(
-        &mut self,
-        linear: &mut Linear,
-        config: &LayerConfig,
-        x: &[f32],
-        m: usize,
-        out: &mut [f32],
-    ) -> Result<f64, CliError>;
-}
-
-/// The bf16 / f16 bit pattern the CLI poisons 16-bit outputs with: all ones, a NaN.
-pub const POISON_16: u16 = 0xffff;
-
-/// Runs layers on host memory (CPU kernels).
-pub struct HostExecutor;
-
-impl Executor for HostExecutor {
-    fn forward(
-        &mut self,
-        linear: &mut Linear,
-        config: &LayerConfig,
-        x: &[f32],
-        m: usize,
-        out: &mut [f32],
-    ) -> Result<f64, CliError> {
-        let k = config.k;
-        let xb: Vec<half::bf16>;
-        let xh: Vec<half::f16>;
-        let input = match config.input_dtype {
-            DType::Bf16 => {
-                xb = try_collect(
-                    "bf16 input",
-                    x.len(),
-                    x.iter().map(|v| half::bf16::from_f32(*v)),
-                )?;
-                Tensor::bf16(&xb, [m, k])
-            }
-            DType::F16 => {
-                xh = try_collect(
-                    "f16 input",
-                    x.len(),
-                    x.iter().map(|v| half::f16::from_f32(*v)),
-                )?;
-                Tensor::f16(&xh, [m, k])
-            }
-            _ => Tensor::f32(x, [m, k]),
-        };
-        run_out(linear, &input, config, out)
-    }
-}
-
 /// Runs a random layer of `m` rows on the place's target with the kernel selected from
 /// `registry` (autotune winners first) and `exec`, and checks sampled rows against the f64
 /// reference of the numerics that kernel implements.
@@ -396,53 +336,6 @@ pub fn gather_rows(out: &[f32], n: usize, rows: &[usize]) -> Vec<f32> {
         .collect()
 }
 
-/// One timed call into a poisoned output of the layer's dtype, copied to `out` as f32;
-/// returns the seconds of the call alone.
-fn run_out(
-    linear: &mut Linear,
-    input: &Tensor<'_>,
-    config: &LayerConfig,
-    out: &mut [f32],
-) -> Result<f64, CliError> {
-    let m = input.shape[0];
-    let shape = [m, config.n];
-    let err = as_kind(Kind::Runtime);
-    let t;
-    let secs = match config.output_dtype {
-        DType::Bf16 => {
-            let poison = half::bf16::from_bits(POISON_16);
-            let mut o = try_filled("bf16 output", out.len(), poison)?;
-            t = Instant::now();
-            linear
-                .forward(input, &mut TensorMut::bf16(&mut o, shape))
-                .map_err(err)?;
-            let secs = t.elapsed().as_secs_f64();
-            out.iter_mut().zip(&o).for_each(|(d, s)| *d = s.to_f32());
-            secs
-        }
-        DType::F16 => {
-            let poison = half::f16::from_bits(POISON_16);
-            let mut o = try_filled("f16 output", out.len(), poison)?;
-            t = Instant::now();
-            linear
-                .forward(input, &mut TensorMut::f16(&mut o, shape))
-                .map_err(err)?;
-            let secs = t.elapsed().as_secs_f64();
-            out.iter_mut().zip(&o).for_each(|(d, s)| *d = s.to_f32());
-            secs
-        }
-        _ => {
-            out.fill(f32::NAN);
-            t = Instant::now();
-            linear
-                .forward(input, &mut TensorMut::f32(out, shape))
-                .map_err(err)?;
-            t.elapsed().as_secs_f64()
-        }
-    };
-    Ok(secs)
-}
-
 /// Up to 16 rows spread over M, always including the first and last.
 pub fn sample_rows(m: usize) -> Vec<usize> {
     if m <= 16 {
@@ -456,12 +349,13 @@ pub fn sample_rows(m: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::executor::HostExecutor;
     use fp8_linear::cpu::CpuReference;
-    use fp8_linear::StorageMut;
     use fp8_linear::{
         BuildCtx, Family, Fp8Kernel, KernelEntry, KernelError, KernelName, Platform, Registered,
         Table, Target, Unsupported,
     };
+    use fp8_linear::{StorageMut, TensorMut};
 
     /// Row of the output the lazy kernel leaves unwritten: not among the sampled rows at
     /// M = 40, so only the poisoned buffer shows it.

@@ -20,10 +20,11 @@ use serde_json::{json, Value};
 
 use crate::check::{count_nan, tolerance, Reference};
 use crate::error::{CliError, Kind};
+use crate::executor::Executor;
 use crate::layer_reference::reference_rows;
 use crate::model_run::{check_set, RunSpec};
 use crate::place::{choose, Place};
-use crate::run_layer::{gather_rows, random_activations, sample_rows, Executor};
+use crate::run_layer::{gather_rows, random_activations, sample_rows};
 use crate::sizes::try_filled;
 
 /// One device of `--devices`.

@@ -1,7 +1,10 @@
 //! Errors kernels return: each names the problem (shape, dtype, scale layout, alignment,
 //! device) and the tensor it concerns.
 
+use std::error::Error;
 use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use crate::dtype::DType;
 
@@ -166,7 +169,8 @@ pub enum KernelError {
         /// What the call would have done.
         what: String,
     },
-    /// An error from the backend (CUDA driver, NVRTC with its log, cuBLASLt).
+    /// A backend failure described by a message (a size the kernel cannot handle, a device
+    /// that lacks a resource, ...).
     #[error("{kernel}: {detail}")]
     Backend {
         /// The kernel or component.
@@ -174,6 +178,58 @@ pub enum KernelError {
         /// What failed, with context.
         detail: String,
     },
+    /// An error of the CUDA layer (driver, NVRTC with its log, cuBLASLt, the module cache),
+    /// kept typed: it is this error's [`source`](std::error::Error::source), and
+    /// `fp8_linear_cuda::CudaError` is what it downcasts to. The message is the kernel's name
+    /// and the CUDA error's message.
+    #[error("{kernel}: {source}")]
+    Cuda {
+        /// The kernel or component.
+        kernel: &'static str,
+        /// The CUDA layer's error.
+        #[source]
+        source: BackendSource,
+    },
+}
+
+/// A backend's typed error behind a [`KernelError`] (the CUDA layer's `CudaError`), shared so
+/// the kernel error stays `Clone`. It dereferences to the error (and is what
+/// [`source`](std::error::Error::source) returns, unwrapped), so `downcast_ref` reaches the
+/// backend's type; two are equal when they are the same error or print the same (`Debug`).
+#[derive(Clone)]
+pub struct BackendSource(Arc<dyn Error + Send + Sync + 'static>);
+
+impl BackendSource {
+    /// Wraps a backend's error.
+    pub fn new(error: impl Error + Send + Sync + 'static) -> Self {
+        BackendSource(Arc::new(error))
+    }
+}
+
+impl Deref for BackendSource {
+    type Target = dyn Error + Send + Sync + 'static;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for BackendSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for BackendSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq for BackendSource {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || format!("{:?}", self.0) == format!("{:?}", other.0)
+    }
 }
 
 impl KernelError {
@@ -192,6 +248,34 @@ impl KernelError {
             kernel,
             detail: detail.to_string(),
         }
+    }
+
+    /// Shorthand for a [`KernelError::Cuda`] error: the CUDA layer's `error`, kept as the
+    /// source.
+    pub fn cuda(kernel: &'static str, error: impl Error + Send + Sync + 'static) -> Self {
+        KernelError::Cuda {
+            kernel,
+            source: BackendSource::new(error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("driver call failed: code {0}")]
+    struct Typed(i32);
+
+    #[test]
+    fn cuda_error_is_the_typed_source() {
+        let e = KernelError::cuda("k", Typed(7));
+        assert_eq!(e.to_string(), "k: driver call failed: code 7");
+        let source = e.source().expect("a source");
+        assert_eq!(source.downcast_ref::<Typed>().map(|t| t.0), Some(7));
+        assert_eq!(e.clone(), e);
+        assert_ne!(e, KernelError::cuda("k", Typed(8)));
     }
 }
 

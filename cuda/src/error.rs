@@ -188,7 +188,7 @@ impl From<CudaError> for fp8_linear_core::KernelError {
             CudaError::NoSuchDevice { ordinal, count } => {
                 fp8_linear_core::KernelError::NoSuchDevice { ordinal, count }
             }
-            e => fp8_linear_core::KernelError::backend("cuda", e),
+            e => fp8_linear_core::KernelError::cuda("cuda", e),
         }
     }
 }

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu};
+use fp8_linear::cuda::interop::cudarc;
+use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{ActQuant, Grouping, ScaleOrder};
 use fp8_linear::tables::{CUDA_BLOCK, CUDA_SCALED};
 use fp8_linear::{DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, Target};
@@ -197,7 +198,7 @@ fn bench_quant(c: &mut Criterion, bench: &mut Bench) -> Vec<(usize, usize, f64, 
                 bench.time(iters, &copy_samples, || {
                     // SAFETY: both buffers hold bytes/2 bytes; default stream.
                     unsafe {
-                        runtime::cudarc::driver::result::memcpy_dtod_async(
+                        cudarc::driver::result::memcpy_dtod_async(
                             dst.ptr(),
                             src.ptr(),
                             bytes / 2,

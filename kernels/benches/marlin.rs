@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use common::{random_codes, Flush, ReadOnce};
 use criterion::{BenchmarkId, Criterion, Throughput};
+use fp8_linear::cuda::interop::cudarc;
 use fp8_linear::cuda::marlin::plan::MarlinPipeline;
-use fp8_linear::cuda::runtime::cudarc;
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
 use fp8_linear::cuda::{CublasLtBlockFp8, MarlinFp8, PortableBlockFp8};
 use fp8_linear::fp8::e4m3_to_f32;

@@ -184,8 +184,8 @@ impl Linear {
     ///   byte size) holds fewer elements than the view reaches.
     ///
     /// The kernel itself then reports what only it can know (host memory handed to a GPU
-    /// kernel, a device pointer of another GPU, a CUDA launch failure) as
-    /// [`KernelError::Device`] or [`KernelError::Backend`]. On a GPU target the call
+    /// kernel, a device pointer of another GPU, a CUDA launch failure) as [`KernelError::Device`],
+    /// [`KernelError::Cuda`] or [`KernelError::Backend`]. On a GPU target the call
     /// enqueues on the target's stream and returns without waiting; the output is ready
     /// once that stream reaches this point. The lookup of `M` in the plan allocates nothing
     /// and takes no lock.

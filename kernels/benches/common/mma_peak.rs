@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use fp8_linear::cuda::runtime::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use fp8_linear::cuda::interop::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu, ModuleSpec};
 
 const SRC: &str = r#"

@@ -10,7 +10,7 @@ pub mod mma_peak;
 
 use std::sync::Arc;
 
-use fp8_linear::cuda::runtime::cudarc::driver::{
+use fp8_linear::cuda::interop::cudarc::driver::{
     sys, CudaFunction, CudaGraph, CudaStream, LaunchConfig, PushKernelArg,
 };
 use fp8_linear::cuda::runtime::{self, DeviceBuffer, EventTimer, Gpu, ModuleSpec};

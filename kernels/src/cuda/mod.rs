@@ -56,8 +56,17 @@ pub use marlin::MarlinFp8;
 pub use portable::PortableBlockFp8;
 pub use quant::{ActQuant, Grouping, ScaleOrder};
 
-/// The CUDA runtime layer (devices, buffers, modules, timing), re-exported.
-pub use fp8_linear_cuda as runtime;
+/// The CUDA runtime layer (`fp8_linear_cuda`: devices, buffers, modules, timing),
+/// re-exported item by item, all but its `cudarc`: cudarc is reached through [`interop`].
+pub mod runtime {
+    pub use fp8_linear_cuda::{
+        buffer, cache, context, cublaslt, device, error, function, module, nvrtc, probe, timer, tma,
+    };
+    pub use fp8_linear_cuda::{
+        device_count, discover, function_with_shared_memory, CudaError, DeviceBuffer, EventTimer,
+        Gpu, LoadSource, LoadStats, ModuleSpec,
+    };
+}
 
 /// The one place cudarc is reached from this crate's API: the handles an engine that
 /// already owns a CUDA context passes in ([`Target::from_cudarc`](crate::Target::from_cudarc)),
