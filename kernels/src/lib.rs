@@ -78,7 +78,10 @@ pub use half::{bf16, f16};
 #[doc(hidden)]
 pub use fp8_linear_core::__private;
 
-/// The README's Rust examples, compiled as doctests so the README stays true.
+/// The README's Rust examples, compiled as doctests so the README stays true: the workspace's
+/// README.md in the repository, the copy cargo puts at the package's root in the published
+/// crate (build.rs sets `readme_in_package` there).
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[cfg_attr(not(readme_in_package), doc = include_str!("../../README.md"))]
+#[cfg_attr(readme_in_package, doc = include_str!("../README.md"))]
 pub struct ReadmeDoctests;
