@@ -72,12 +72,11 @@ pub fn render_text(
                 }
             }
         }
-        (None, Some(e @ fp8_linear::SelectError::NoKernel { .. })) => {
+        (None, Some(fp8_linear::SelectError::NoKernel { .. })) => {
             s += "\nno kernel: every candidate above was rejected\n";
             if let Some(note) = fp8_linear::tables::below_every_cuda_kernel(device) {
                 s += &format!("note: {note}\n");
             }
-            let _ = e;
         }
         (None, Some(e)) => s += &format!("\nno kernel: {e}\n"),
         (None, None) => {}

@@ -201,20 +201,13 @@ impl Table {
             .iter()
             .find(|&&m| served(m))
             .map_or(usize::MAX, |m| m - 1);
-        match no_kernel(self, device, config, first, ov) {
-            SelectError::NoKernel {
-                table,
-                device,
-                config,
-                reasons,
-            } if !(first == 1 && last == usize::MAX) => SelectError::NoKernelForRows {
-                rows: RowRange::new(first, last),
-                table,
-                device,
-                config,
-                reasons,
-            },
-            e => e,
+        let e = no_kernel(self, device, config, first, ov);
+        if first == 1 && last == usize::MAX {
+            return e;
+        }
+        SelectError::NoKernelForRows {
+            rows: RowRange::new(first, last),
+            reasons: Box::new(e),
         }
     }
 }

@@ -122,22 +122,14 @@ pub enum SelectError {
         available: String,
     },
     /// Some row counts have no kernel: the table's kernels that run the layer serve only
-    /// other M (each reason at the first M of `rows`).
-    #[error(
-        "{}",
-        format_no_kernel(.table, .device, &format!("{} at M = {}", .config, .rows), .reasons)
-    )]
+    /// other M. `reasons` is the [`SelectError::NoKernel`] of the first M of `rows` (every
+    /// candidate's verdict there).
+    #[error("no kernel serves M = {rows}: {reasons}")]
     NoKernelForRows {
         /// The rows without a kernel.
         rows: RowRange,
-        /// The table walked.
-        table: &'static str,
-        /// The device.
-        device: String,
-        /// The layer.
-        config: String,
-        /// One `(kernel, reason)` per candidate, in table order.
-        reasons: Vec<(&'static str, String)>,
+        /// Every candidate's reason at the first M of `rows`.
+        reasons: Box<SelectError>,
     },
     /// Every candidate was rejected.
     #[error("{}", format_no_kernel(.table, .device, .config, .reasons))]

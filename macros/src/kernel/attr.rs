@@ -293,7 +293,7 @@ fn rows(v: &Expr, errs: &mut Errors) -> Option<(u64, Option<u64>)> {
     let hi = match (end, limits) {
         (None, _) => None,
         (Some(e), RangeLimits::Closed(_)) => Some(bound(e, errs)?),
-        (Some(e), RangeLimits::HalfOpen(_)) => Some(bound(e, errs)?.checked_sub(1).unwrap_or(0)),
+        (Some(e), RangeLimits::HalfOpen(_)) => Some(bound(e, errs)?.saturating_sub(1)),
     };
     if let Some(last) = hi {
         if last < lo {
