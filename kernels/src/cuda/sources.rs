@@ -27,8 +27,8 @@ macro_rules! module_source {
 /// `epilogue.cuh`).
 pub const MARLIN: &str = module_source!(["epilogue.cuh"] "marlin.cu");
 
-/// The single `cu/` files the modules are put together from, for tests (the host models,
-/// the assembly test below): not part of the crate's API.
+/// The single `cu/` files the modules are put together from, for tests (the assembly test
+/// below; the host models compile whole modules): not part of the crate's API.
 #[doc(hidden)]
 pub mod testing {
     /// The basic types and every PTX wrapper (first in every module).
