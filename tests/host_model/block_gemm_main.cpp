@@ -10,8 +10,7 @@
 // [ceil(N / SBN), Kbs] f32, bias [N] f32. OUTPUT: launches x M x N elements of the output
 // dtype (0 f32, 1 f16, 2 bf16).
 #include "cuda.h"
-#include "common.h"
-#include "block_gemm.h"
+#include "ptx.h"
 #include KERNEL_INC
 
 typedef void (*Gemm)(const u8*, int, const float*, const u8*, int, const float*, void*, float*,

@@ -3,8 +3,8 @@
 // one after another (in an order the driver chooses), __syncthreads a barrier of the block's
 // threads, warp collectives (mma.sync, ldmatrix, shuffles) through a per-warp exchange
 // buffer, cp.async copies that land at the wait_group that covers them (the latest a GPU
-// may land them). A kernel source is compiled with -DFP8_HOST_MODEL, which drops its PTX
-// helpers (each kernel's are replaced by a header of this folder); the rest compiles as is.
+// may land them). A kernel module is compiled with -DFP8_HOST_MODEL, which drops the PTX
+// wrappers of its cu/ptx.cuh (replaced by ptx.h of this folder); the rest compiles as is.
 #pragma once
 #include <algorithm>
 #include <atomic>

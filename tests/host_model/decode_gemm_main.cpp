@@ -9,8 +9,7 @@
 // [ceil(N / SBN), s_ld], bias [N] f32. OUTPUT: launches x M x N elements of the module's
 // output dtype.
 #include "cuda.h"
-#include "common.h"
-#include "decode_gemm.h"
+#include "ptx.h"
 #include KERNEL_INC
 
 int main(int argc, char** argv) {

@@ -8,7 +8,7 @@
 // group scales, channel (f32), bias (f32), x (u16, x_offset elements of padding first).
 // OUTPUT: launches x m x n u16. Exit status 3 when a counter is not zero after a call.
 #include "cuda.h"
-#include "marlin.h"
+#include "ptx.h"
 #include KERNEL_INC
 
 typedef void (*Kernel)(Args);
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     std::memcpy(xv.data(), xb.data(), xb.size());
     const bool cuts = ranges != stripes;
     std::vector<float> work(cuts ? (size_t)chunks * ranges * 2 * 1024 * mt : 0);
-    std::vector<int> counters(cuts ? (size_t)chunks * stripes : 0, 0);
+    std::vector<u32> counters(cuts ? (size_t)chunks * stripes : 0, 0);
     std::vector<u16> out((size_t)m * n);
 
     Args a;
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     for (int l = 0; l < launches; l++) {
         std::fill(out.begin(), out.end(), (u16)0xffff);
         run_grid(Dim3{(unsigned)chunks, (unsigned)ranges, 1}, THREADS, l, [&] { kernel(a); });
-        for (int c : counters)
+        for (u32 c : counters)
             if (c != 0) status = 3;
         fwrite(out.data(), 2, out.size(), o);
     }

@@ -8,7 +8,7 @@
 // [M, K] in the dtype. OUTPUT: codes [M, ldq], then the f32 scales ([M, groups] row-major,
 // or [M]).
 #include "cuda.h"
-#include "common.h"
+#include "ptx.h"
 #include KERNEL_INC
 
 int main(int argc, char** argv) {

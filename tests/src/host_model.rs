@@ -1,10 +1,10 @@
 //! Host models of the CUDA kernels: a kernel's own CUDA C source, compiled with the
 //! machine's C++20 compiler against `tests/host_model/` (the CUDA environment on a CPU: a
 //! thread per CUDA thread, barriers, warp collectives by their PTX layouts, cp.async that
-//! lands at its `wait_group`; each kernel's PTX helpers, which the source keeps under
-//! `#ifndef FP8_HOST_MODEL`, replaced by C++ ones) under sanitizers, and run on the CPU. The
-//! kernels' indexing, bounds, fragment layouts, pipelines and barriers are then tested by
-//! `cargo test` on a machine without a GPU.
+//! lands at its `wait_group`; the PTX wrappers of `cu/ptx.cuh`, which it keeps under
+//! `#ifndef FP8_HOST_MODEL`, replaced by the C++ ones of `ptx.h`) under sanitizers, and run
+//! on the CPU. The kernels' indexing, bounds, fragment layouts, pipelines and barriers are
+//! then tested by `cargo test` on a machine without a GPU.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,12 +14,9 @@ use fp8_linear::DType;
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
 
-const FILES: [(&str, &str); 5] = [
+const FILES: [(&str, &str); 2] = [
     ("cuda.h", include_str!("../host_model/cuda.h")),
-    ("common.h", include_str!("../host_model/common.h")),
-    ("block_gemm.h", include_str!("../host_model/block_gemm.h")),
-    ("decode_gemm.h", include_str!("../host_model/decode_gemm.h")),
-    ("marlin.h", include_str!("../host_model/marlin.h")),
+    ("ptx.h", include_str!("../host_model/ptx.h")),
 ];
 
 /// A kernel source for the host: its dynamic shared memory array (`extern __shared__ ...

@@ -1,7 +1,10 @@
 //! Every CUDA C source of the kernels and every module built from them: the one registry.
 //! The sources live in `cu/`, are embedded in the binary and compiled by NVRTC at run time
-//! (header-free: no CUDA toolkit needed to build or run). A module built on the shared device
-//! helpers gets `cu/common.cuh` put before its body at compile time of this crate.
+//! (header-free: no CUDA toolkit needed to build or run, and no `#include`). A module is the
+//! shared headers it needs, then its body, put together at compile time of this crate:
+//! `cu/ptx.cuh` (the basic types and every PTX wrapper) first in every module, then
+//! `cu/quant.cuh` (e4m3 encoding, scales, group quantization, the scale block geometry) and
+//! `cu/epilogue.cuh` (output stores, bias, the split-K last-arriver protocol) where used.
 
 use fp8_linear_cuda::ModuleSpec;
 
@@ -12,29 +15,43 @@ macro_rules! cu {
     };
 }
 
-/// The shared helpers, a newline, then `cu/<file>`: the source of a module built on them.
-macro_rules! with_common {
-    ($file:literal) => {
-        concat!(cu!("common.cuh"), "\n", cu!($file))
+/// The source of a module: `cu/ptx.cuh`, each of the `cu/` headers named, then the body
+/// `cu/<body>`, a newline between each two.
+macro_rules! module_source {
+    ([$($header:literal),*] $body:literal) => {
+        concat!(cu!("ptx.cuh"), "\n", $(cu!($header), "\n",)* cu!($body))
     };
 }
 
-/// Device helpers shared by every module (e4m3 encoding, bf16/f16 conversion).
-pub const COMMON: &str = cu!("common.cuh");
-/// Activation quantization kernels and the weight row-padding kernel.
-pub const QUANT_BODY: &str = cu!("quant.cu");
-/// The portable block-FP8 GEMM and its split-K epilogue.
-pub const BLOCK_GEMM_BODY: &str = cu!("block_gemm.cu");
-/// The Hopper block-FP8 GEMM (wgmma + TMA) and its split-K epilogue.
-pub const HOPPER_GEMM_BODY: &str = cu!("hopper_gemm.cu");
-/// The decode block-FP8 GEMM (M <= 16, quantization and split-K reduction inside).
-pub const DECODE_GEMM_BODY: &str = cu!("decode_gemm.cu");
-/// The Marlin-class W8A16 kernel (standalone: it does not use the shared helpers).
-pub const MARLIN: &str = cu!("marlin.cu");
+/// The Marlin-class W8A16 module's source (`cu/marlin.cu` after `ptx.cuh` and
+/// `epilogue.cuh`).
+pub const MARLIN: &str = module_source!(["epilogue.cuh"] "marlin.cu");
+
+/// The single `cu/` files the modules are put together from, for tests (the assembly test
+/// below; the host models compile whole modules): not part of the crate's API.
+#[doc(hidden)]
+pub mod testing {
+    /// The basic types and every PTX wrapper (first in every module).
+    pub const PTX: &str = cu!("ptx.cuh");
+    /// Quantization helpers (e4m3 encoding, scales, group quantization, scale blocks).
+    pub const QUANT_HELPERS: &str = cu!("quant.cuh");
+    /// Output stores, bias, the split-K last-arriver protocol.
+    pub const EPILOGUE: &str = cu!("epilogue.cuh");
+    /// Activation quantization kernels and the weight row-padding kernel.
+    pub const QUANT_BODY: &str = cu!("quant.cu");
+    /// The portable block-FP8 GEMM and its split-K epilogue.
+    pub const BLOCK_GEMM_BODY: &str = cu!("block_gemm.cu");
+    /// The Hopper block-FP8 GEMM (wgmma + TMA) and its split-K epilogue.
+    pub const HOPPER_GEMM_BODY: &str = cu!("hopper_gemm.cu");
+    /// The decode block-FP8 GEMM (M <= 16, quantization and split-K reduction inside).
+    pub const DECODE_GEMM_BODY: &str = cu!("decode_gemm.cu");
+    /// The Marlin-class W8A16 kernel.
+    pub const MARLIN_BODY: &str = cu!("marlin.cu");
+}
 
 /// The quantization module.
 pub fn quant_module() -> ModuleSpec {
-    ModuleSpec::new("fp8_quant", with_common!("quant.cu"))
+    ModuleSpec::new("fp8_quant", module_source!(["quant.cuh"] "quant.cu"))
 }
 
 /// The `-D` options of a scale block `(rows along N, cols along K)` (none for 128 x 128,
@@ -56,9 +73,12 @@ pub fn block_gemm_module(
     blocks_per_sm: u32,
     block: (usize, usize),
 ) -> ModuleSpec {
-    let mut spec = ModuleSpec::new("fp8_block_gemm", with_common!("block_gemm.cu"))
-        .option(format!("-DMT={mt}"))
-        .option(format!("-DSTAGES={stages}"));
+    let mut spec = ModuleSpec::new(
+        "fp8_block_gemm",
+        module_source!(["quant.cuh", "epilogue.cuh"] "block_gemm.cu"),
+    )
+    .option(format!("-DMT={mt}"))
+    .option(format!("-DSTAGES={stages}"));
     if blocks_per_sm > 1 {
         spec = spec.option(format!("-DMINB={blocks_per_sm}"));
     }
@@ -68,7 +88,11 @@ pub fn block_gemm_module(
 /// The Hopper module (compiled for the arch-specific `sm_90a`) for weight scale blocks of
 /// `block` = (rows along N, cols along K).
 pub fn hopper_module(block: (usize, usize)) -> ModuleSpec {
-    let spec = ModuleSpec::new("fp8_hopper_gemm", with_common!("hopper_gemm.cu")).arch_specific();
+    let spec = ModuleSpec::new(
+        "fp8_hopper_gemm",
+        module_source!(["quant.cuh", "epilogue.cuh"] "hopper_gemm.cu"),
+    )
+    .arch_specific();
     scale_block_options(spec, block)
 }
 
@@ -76,9 +100,12 @@ pub fn hopper_module(block: (usize, usize)) -> ModuleSpec {
 /// the layer's (input, output) dtypes as float indices (`dtype::float_index`: 0 f32, 1 f16,
 /// 2 bf16; `-DDEC_IN` / `-DDEC_OUT`).
 pub fn decode_module(block: (usize, usize), (input, output): (usize, usize)) -> ModuleSpec {
-    let spec = ModuleSpec::new("fp8_decode_gemm", with_common!("decode_gemm.cu"))
-        .option(format!("-DDEC_IN={input}"))
-        .option(format!("-DDEC_OUT={output}"));
+    let spec = ModuleSpec::new(
+        "fp8_decode_gemm",
+        module_source!(["quant.cuh", "epilogue.cuh"] "decode_gemm.cu"),
+    )
+    .option(format!("-DDEC_IN={input}"))
+    .option(format!("-DDEC_OUT={output}"));
     scale_block_options(spec, block)
 }
 
@@ -92,7 +119,7 @@ pub fn marlin_module() -> ModuleSpec {
 mod tests {
     use super::*;
 
-    /// A line-by-line port of the device encoder `f32_to_e4m3` in `cu/common.cuh` (integer
+    /// A line-by-line port of the device encoder `f32_to_e4m3` in `cu/quant.cuh` (integer
     /// RNE on the f32 bits), checked against core's reference encoder on every 251st f32 bit
     /// pattern (17 million values, all exponents, both signs, NaN and infinities).
     fn device_encoder(x: f32) -> u8 {
@@ -156,19 +183,38 @@ mod tests {
         }
     }
 
-    /// The modules are the shared helpers then the body, as the kernels always compiled them
-    /// (the disk cache's keys hash the source).
+    /// The modules are `ptx.cuh`, the headers they use, then the body, a newline between
+    /// each two (the disk cache's keys hash the source).
     #[test]
     fn module_sources_put_the_helpers_first() {
-        for (spec, body) in [
-            (quant_module(), QUANT_BODY),
-            (block_gemm_module(1, 4, 1, (128, 128)), BLOCK_GEMM_BODY),
-            (hopper_module((128, 128)), HOPPER_GEMM_BODY),
-            (decode_module((128, 128), (2, 2)), DECODE_GEMM_BODY),
-        ] {
-            assert_eq!(spec.source, format!("{COMMON}\n{body}"), "{}", spec.name);
+        use testing::*;
+        let parts: [(ModuleSpec, &[&str]); 5] = [
+            (quant_module(), &[PTX, QUANT_HELPERS, QUANT_BODY]),
+            (
+                block_gemm_module(1, 4, 1, (128, 128)),
+                &[PTX, QUANT_HELPERS, EPILOGUE, BLOCK_GEMM_BODY],
+            ),
+            (
+                hopper_module((128, 128)),
+                &[PTX, QUANT_HELPERS, EPILOGUE, HOPPER_GEMM_BODY],
+            ),
+            (
+                decode_module((128, 128), (2, 2)),
+                &[PTX, QUANT_HELPERS, EPILOGUE, DECODE_GEMM_BODY],
+            ),
+            (marlin_module(), &[PTX, EPILOGUE, MARLIN_BODY]),
+        ];
+        for (spec, parts) in parts {
+            assert_eq!(spec.source, parts.join("\n"), "{}", spec.name);
         }
         assert_eq!(marlin_module().source, MARLIN);
+        // No body includes anything (NVRTC gets no include paths).
+        for body in [PTX, QUANT_HELPERS, EPILOGUE, QUANT_BODY, BLOCK_GEMM_BODY]
+            .into_iter()
+            .chain([HOPPER_GEMM_BODY, DECODE_GEMM_BODY, MARLIN_BODY])
+        {
+            assert!(!body.contains("#include"));
+        }
         assert!(hopper_module((32, 32)).arch_specific);
         // 128 x 128 blocks are the sources' default; other blocks are `-D` options.
         assert!(block_gemm_module(1, 4, 1, (128, 128)).options.len() == 2);

@@ -41,37 +41,6 @@
 // its products times 2^-50 instead of times zero.
 #define SCALE_FLOOR 8.8817841970012523e-16f  // 2^-50
 
-#ifndef FP8_HOST_MODEL  // PTX helpers (the host model has C++ versions)
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-    u32 r;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-    return r;
-}
-
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-
-// 1 / x to within 1 ulp (MUFU.RCP; x normal: every scale is clamped to SCALE_FLOOR first).
-// The correctly rounded __frcp_rn costs a subroutine call with a slow path, whose register
-// saves spilled in the main loop.
-__device__ __forceinline__ float rcp_approx(float x) {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-
-__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-#endif  // FP8_HOST_MODEL
-
 // Byte offset of 16-byte chunk `ch` (0..7) of row `r` in a 128-byte-row swizzled tile.
 __device__ __forceinline__ u32 swz(int r, int ch) { return (u32)(r * 128 + ((ch ^ (r & 7)) << 4)); }
 
@@ -87,7 +56,9 @@ __device__ __forceinline__ void load_tile(u32 dst, const u8* __restrict__ src, i
 }
 
 // The factor that moves a sum from units of scale s (this block's) to units of scale sn (the
-// next block's), or to values after the split's last block; both floored.
+// next block's), or to values after the split's last block; both floored (so rcp_approx,
+// not the correctly rounded __frcp_rn whose slow path spilled in the main loop, gets a
+// normal number).
 __device__ __forceinline__ float rescale(float s, float sn, bool last) {
     s = fmaxf(s, SCALE_FLOOR);
     return last ? s : s * rcp_approx(fmaxf(sn, SCALE_FLOOR));
@@ -218,76 +189,46 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
     }
     cp_async_wait<0>();
 
-    // Element e of (mt, nt): row m0 + wm * WM + mt * 16 + g + 8 * (e >> 1), column
-    // n0 + wn * 32 + nt * 8 + 2 * t + (e & 1).
+    // The epilogue, one walk over the thread's output pairs: element e of (mt, nt) sits at
+    // row m0 + wm * WM + mt * 16 + g + 8 * (e >> 1), column n0 + wn * 32 + nt * 8 + 2 * t +
+    // (e & 1). Calls f(v, r, c) for each pair of columns (c, c + 1) the thread holds in a row
+    // r < M with c < N, v = the pair's two accumulators (the second past N when c + 1 == N).
+    auto each_pair = [&](auto&& f) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + wm * WM + mt * 16 + g + h * 8;
+                if (r >= M) continue;
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    const int c = n0 + wn * 32 + nt * 8 + t * 2;
+                    if (c < N) f(&acc[mt][nt][h * 2], r, c);
+                }
+            }
+    };
     if (gridDim.z > 1) {
-        __shared__ u32 last;
+        // Split K: add the tile into the workspace; the last split to arrive reads the sums
+        // back from L2 and puts zeros back for the next call.
+        each_pair([&](float* v, int r, int c) {
+            const long long idx = (long long)r * N + c;
+            atomicAdd(ws + idx, v[0]);
+            if (c + 1 < N) atomicAdd(ws + idx + 1, v[1]);
+        });
+        if (!last_split(counters, blockIdx.y * gridDim.x + blockIdx.x, gridDim.z)) return;
+        each_pair([&](float* v, int r, int c) {
+            const long long idx = (long long)r * N + c;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = m0 + wm * WM + mt * 16 + g + h * 8;
-                if (r >= M) continue;
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-                    const int c = n0 + wn * 32 + nt * 8 + t * 2;
-                    const long long idx = (long long)r * N + c;
-                    if (c < N) atomicAdd(ws + idx, acc[mt][nt][h * 2]);
-                    if (c + 1 < N) atomicAdd(ws + idx + 1, acc[mt][nt][h * 2 + 1]);
+            for (int j = 0; j < 2; ++j)
+                if (c + j < N) {
+                    v[j] = __ldcg(ws + idx + j);
+                    __stcg(ws + idx + j, 0.0f);
                 }
-            }
-        // One lane publishes the block's additions (ordered before it by the barrier; the
-        // fence is cumulative) and, in the last split, acquires the others' before the
-        // barrier.
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            const u32 tile = blockIdx.y * gridDim.x + blockIdx.x;
-            last = atomicAdd(&counters[tile], 1u) == gridDim.z - 1;
-            if (last) {
-                __threadfence();
-                counters[tile] = 0;  // ready for the next call on the stream
-            }
-        }
-        __syncthreads();
-        if (!last) return;
-        // The tile's sums, read from L2; zeros back for the next call.
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = m0 + wm * WM + mt * 16 + g + h * 8;
-                if (r >= M) continue;
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-                    const int c = n0 + wn * 32 + nt * 8 + t * 2;
-                    const long long idx = (long long)r * N + c;
-#pragma unroll
-                    for (int j = 0; j < 2; ++j)
-                        if (c + j < N) {
-                            acc[mt][nt][h * 2 + j] = __ldcg(ws + idx + j);
-                            __stcg(ws + idx + j, 0.0f);
-                        }
-                }
-            }
+        });
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = m0 + wm * WM + mt * 16 + g + h * 8;
-            if (r >= M) continue;
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                const int c = n0 + wn * 32 + nt * 8 + t * 2;
-                if (c >= N) continue;
-                const bool both = c + 1 < N;
-                float v0 = acc[mt][nt][h * 2], v1 = acc[mt][nt][h * 2 + 1];
-                if (bias != 0) { v0 += bias[c]; if (both) v1 += bias[c + 1]; }
-                store2<OUT>(out, (long long)r * N + c, v0, v1, both, (N & 1) == 0);
-            }
-        }
-    }
+    each_pair([&](float* v, int r, int c) {
+        store2_bias<OUT>(out, (long long)r * N + c, bias, c, v[0], v[1], c + 1 < N, (N & 1) == 0);
+    });
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)

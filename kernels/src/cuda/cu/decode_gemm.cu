@@ -21,9 +21,9 @@
 // whole K split (the M real rows only; 16 lanes per row and group, 8 elements each) into
 // shared memory while those loads are in flight; after one barrier every warp streams its
 // rows with no further synchronization. With `splits` > 1 each split stores its f32
-// partial tile to part[split][M][N]; the last split of a tile to arrive (an atomic counter
-// per tile, reset by that CTA for the next call) sums the partials in split order
-// (deterministic), adds the bias and stores the output. No memset, no second launch.
+// partial tile to part[split][M][N]; the last split of a tile to arrive (last_split: an
+// atomic counter per tile, reset by that CTA for the next call) sums the partials in split
+// order (deterministic), adds the bias and stores the output. No memset, no second launch.
 
 #ifndef DEC_IN
 #define DEC_IN 2
@@ -45,18 +45,6 @@ typedef In<DEC_IN>::E InE;
 // bytes (64 mod 128: the two rows a quarter warp reads with 16-byte loads fall in different
 // banks), then their scales [8 NT][kbps].
 __device__ __forceinline__ int act_stride(int kbps) { return kbps * KBLK + 64; }
-
-#ifndef FP8_HOST_MODEL  // PTX helpers (the host model has C++ versions)
-// A streamed 16-byte weight load (no L1 allocation, 256-byte L2 prefetch: the next K block
-// of the row).
-__device__ __forceinline__ uint4 ldg_stream(const u8* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-#endif  // FP8_HOST_MODEL
 
 __device__ __forceinline__ u32 word(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -128,7 +116,6 @@ __device__ void decode_gemm(const InE* __restrict__ x, const u8* __restrict__ W,
                             u32* __restrict__ counters, int M, int N, int K, int kbps, int splits,
                             int vec, int ue8m0) {
     extern __shared__ __align__(16) u8 dsm[];
-    __shared__ u32 last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x, split = blockIdx.y;
@@ -207,16 +194,8 @@ __device__ void decode_gemm(const InE* __restrict__ x, const u8* __restrict__ W,
                 const int n = e < 2 ? n_g : n_g8, m = 8 * nt + 2 * t + (e & 1);
                 if (n < N && m < M) __stcg(mine + (long long)m * N + n, acc[nt][e]);
             }
-        // One lane publishes the CTA's stores (ordered before it by the barrier; the fence
-        // is cumulative) and, in the last split, acquires the others' before the barrier.
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            last = atomicAdd(&counters[tile], 1u) == (u32)(splits - 1);
-            if (last) __threadfence();
-        }
-        __syncthreads();
-        if (!last) return;
+        if (!last_split(counters, tile, splits)) return;
+        // The partials in split order (deterministic).
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -228,17 +207,15 @@ __device__ void decode_gemm(const InE* __restrict__ x, const u8* __restrict__ W,
                     v += s == split ? acc[nt][e] : __ldcg(part + ((long long)s * M + m) * N + n);
                 acc[nt][e] = v;
             }
-        if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next call on the stream
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int n = e < 2 ? n_g : n_g8, m = 8 * nt + 2 * t + (e & 1);
-            if (n < N && m < M) {
-                const float v = acc[nt][e] + (bias != 0 ? bias[n] : 0.0f);
-                store2<DEC_OUT>(out, (long long)m * N + n, v, 0.0f, false, false);
-            }
+            if (n < N && m < M)
+                store2_bias<DEC_OUT>(out, (long long)m * N + n, bias, n, acc[nt][e], 0.0f, false,
+                                     false);
         }
 }
 

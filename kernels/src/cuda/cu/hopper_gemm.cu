@@ -29,41 +29,8 @@ struct __align__(64) TmaDesc {
     u64 opaque[16];
 };
 
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-    u32 r;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-    return r;
-}
-
-// ---- mbarrier -------------------------------------------------------------------------
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_if(u32 bar, bool p) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %1, 0;\n"
-        "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
-        "}\n" ::"r"(bar),
-        "r"((int)p)
-        : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-        "@!p bra WAIT;\n"
-        "}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-}
+// The PTX that other kernels share (smem addresses, cp.async, mbarrier, fences) is in
+// ptx.cuh; the Hopper-only instructions of this kernel (TMA, wgmma, cluster) are below.
 
 // ---- TMA ------------------------------------------------------------------------------
 __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaDesc* map, u32 bar, int c0, int c1) {
@@ -130,8 +97,6 @@ __device__ __forceinline__ void wgmma_m64n128k32(float* d, u64 da, u64 db, int a
         : "l"(da), "l"(db), "r"(acc));
 }
 
-// ---- output ---------------------------------------------------------------------------
-
 // ---- the kernel -----------------------------------------------------------------------
 // Work unit u -> (n block, m block, split): units sharing a weight tile are adjacent, so
 // CTAs running at the same time read each weight tile from HBM about once. With clusters of
@@ -154,6 +119,7 @@ struct Sched {
     }
 };
 
+// ---- cluster ----------------------------------------------------------------------------
 __device__ __forceinline__ u32 cluster_rank() {
     u32 r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -169,20 +135,6 @@ __device__ __forceinline__ u32 peer_addr(u32 addr, u32 rank) {
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
     return r;
 }
-// Arrives (when `p`) on the mbarrier at shared::cluster address `bar`, possibly another CTA's.
-// CTA-scope release (the default), as the stage release needs: what it orders are this
-// thread's reads of the stage, which its wgmma wait already completed; a cluster-scope
-// release would cost a GPU-wide memory barrier per arrival.
-__device__ __forceinline__ void mbar_arrive_cluster_if(u32 bar, bool p) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %1, 0;\n"
-        "@p mbarrier.arrive.shared::cluster.b64 _, [%0];\n"
-        "}\n" ::"r"(bar),
-        "r"((int)p)
-        : "memory");
-}
 
 // ---- scales staged in shared memory ---------------------------------------------------
 // Each stage holds, beside its A and B tiles, the scales its promotions read: SUBS x BM
@@ -194,17 +146,6 @@ template <int BM> struct Sc {
     static constexpr u32 FLOATS = SUBS * (BM + NSB);
     static constexpr u32 BYTES = (FLOATS * 4 + 15) & ~15u;
 };
-
-__device__ __forceinline__ void cp_async4(u32 dst, const float* src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
-                 "r"(ok ? 4 : 0)
-                 : "memory");
-}
-// Arrives on `bar` once every earlier cp.async of this thread has landed (counted in the
-// barrier's expected arrivals: no pending-count increment).
-__device__ __forceinline__ void cp_async_arrive(u32 bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
 
 // The scale warp: for every stage the TMA thread fills, the same stage's scales.
 template <int BM, int STAGES>
@@ -228,11 +169,11 @@ __device__ __forceinline__ void stage_scales(const float* __restrict__ As,
                 for (int i = lane; i < BM; i += 32) {
                     const bool v = ok && w.m0 + i < M;
                     cp_async4(dst + 4 * (sub * BM + i), v ? As + (long long)kbs * M + w.m0 + i : As,
-                              v);
+                              v ? 4u : 0u);
                 }
                 if (lane < NSB)
                     cp_async4(dst + 4 * (SUBS * BM + sub * NSB + lane),
-                              ok ? Bs + (long long)brow * Kbs + kbs : Bs, ok);
+                              ok ? Bs + (long long)brow * Kbs + kbs : Bs, ok ? 4u : 0u);
             }
             cp_async_arrive(bars + 8 * s);
         }
@@ -461,12 +402,8 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
                 for (int h = 0; h < 2; ++h) {
                     const int r = h ? r1[v] : r0[v];
                     if (r >= M) continue;
-                    float v0 = tot[v][4 * j + 2 * h], v1 = tot[v][4 * j + 2 * h + 1];
-                    if (bias != 0) {
-                        v0 += bias[c];
-                        if (both) v1 += bias[c + 1];
-                    }
-                    store2<OUT>(out, (long long)r * N + c, v0, v1, both, (N & 1) == 0);
+                    store2_bias<OUT>(out, (long long)r * N + c, bias, c, tot[v][4 * j + 2 * h],
+                                     tot[v][4 * j + 2 * h + 1], both, (N & 1) == 0);
                 }
             }
     }
@@ -523,7 +460,7 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
             // stage's B tile (multicast).
             mbar_init(bars + 8 * (STAGES + s), NWG * 4 * CL);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        fence_mbarrier_init();
     }
     __syncthreads();
     // The peers' barriers are initialised before any multicast or remote arrival reaches them.
@@ -615,8 +552,7 @@ __device__ void hopper_finalize(const float* __restrict__ ws, void* __restrict__
         float v = 0.f;
         for (int s = 0; s < splits; ++s) v += ws[s * total + i];
         if (bias != 0) v += bias[i % N];
-        if (OUT == 0) ((float*)out)[i] = v;
-        else ((u16*)out)[i] = OUT == 1 ? f32_to_f16(v) : f32_to_bf16(v);
+        store2<OUT>(out, i, v, 0.f, false, false);
     }
 }
 extern "C" __global__ void hopper_finalize_f32(const float* ws, void* out, const float* bias, int M,

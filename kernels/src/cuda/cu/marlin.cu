@@ -1,7 +1,8 @@
 // Marlin-class FP8 weight-only (W8A16) GEMM: out[M, N] = x[M, K] @ (W[N, K] * scales)^T.
 //
 // Header-free CUDA C, compiled at run time by NVRTC (sm_80 and newer: bf16 mma, fma.bf16x2
-// and cp.async need sm_80).
+// and cp.async need sm_80), after ptx.cuh (every PTX instruction it uses: mul2,
+// mma_m16n8k16, cp.async, st_cg / ld_cg, cvt) and epilogue.cuh (store2, last_split).
 //
 // Orientation: the tensor-core mma m16n8k16 computes out^T = W . x^T, so the FP8 weight is
 // the A operand (16 output channels x 16 K) and the activations are the B operand (16 K x 8
@@ -36,10 +37,6 @@
 // per-stripe counter) sums them in range order, so results are deterministic. Grid x
 // counts 8 * MT-row chunks of M (each a full pass over the weight).
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
-
 struct __align__(16) U4 {
     u32 x, y, z, w;
 };
@@ -60,100 +57,6 @@ __device__ __forceinline__ u32 deq_lo(u32 q) {
     return ((q << 1) & 0x80008000u) | ((q << 7) & 0x3F803F80u);
 }
 
-// Every PTX instruction the kernel uses is in this section, under `#ifndef FP8_HOST_MODEL`:
-// the host model of the kernels (tests/host_model) compiles the rest of this file on a CPU
-// with C++ versions of these helpers.
-#ifndef FP8_HOST_MODEL
-
-// a * b on two 16-bit floats (no flush of subnormals). fma with -0 is exactly a * b.
-template <int BF16>
-__device__ __forceinline__ u32 mul2(u32 a, u32 b) {
-    u32 d;
-    if (BF16) {
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-    } else {
-        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-    }
-    return d;
-}
-
-template <int BF16>
-__device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    if (BF16) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    } else {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-}
-
-__device__ __forceinline__ void st_cg(float* p, float v) {
-    asm volatile("st.global.cg.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
-}
-
-__device__ __forceinline__ float ld_cg(const float* p) {
-    float v;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
-    return v;
-}
-
-template <int BF16>
-__device__ __forceinline__ u16 to16(float v) {
-    u16 r;
-    if (BF16) {
-        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
-    } else {
-        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(v));
-    }
-    return r;
-}
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    return (u32)__cvta_generic_to_shared(p);
-}
-
-// 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp16(u32 dst, const void* src, u32 src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp8(u32 dst, const void* src, u32 src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp4(u32 dst, const void* src, u32 src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-// Waits until at most n committed groups of this thread are pending (n < 8).
-__device__ __forceinline__ void cp_wait(int n) {
-    switch (n) {
-        case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
-        case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
-        case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
-        case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
-        case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
-        case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
-        default: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
-    }
-}
-#endif  // FP8_HOST_MODEL
-
 // Units (32-wide K steps) per stage, 16-channel tiles per stripe (one per warp), warps and
 // threads per block.
 #define UNITS 4
@@ -169,7 +72,7 @@ struct Args {
     const u16* x;        // activations [M, K], row stride ldx elements
     u16* out;            // output [M, N], row stride ldo elements
     float* work;         // partial sums of cut stripes [chunks][ranges][2][128 * 8 * MT]
-    int* counters;       // per (chunk, stripe) arrival counters (zero between launches)
+    u32* counters;       // per (chunk, stripe) arrival counters (zero between launches)
     int m, n, k, ldx, ldo;
     int ksteps;          // K steps per stripe, a multiple of UNITS
     int steps_per_group, groups;
@@ -216,13 +119,13 @@ __device__ __forceinline__ void copy_x_narrow(const Args& a, u32 dst, U4* dst_pt
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const bool ok = kk + 4 * h < a.k;
-            cp8(dst + 8 * h, ok ? (const void*)(p + 4 * h) : (const void*)a.x, ok ? 8u : 0u);
+            cp_async8(dst + 8 * h, ok ? (const void*)(p + 4 * h) : (const void*)a.x, ok ? 8u : 0u);
         }
     } else if (a.x_vec == 4) {
 #pragma unroll
         for (int h = 0; h < 4; h++) {
             const bool ok = kk + 2 * h < a.k;
-            cp4(dst + 4 * h, ok ? (const void*)(p + 2 * h) : (const void*)a.x, ok ? 4u : 0u);
+            cp_async4(dst + 4 * h, ok ? (const void*)(p + 2 * h) : (const void*)a.x, ok ? 4u : 0u);
         }
     } else {
         u32 e[8];
@@ -285,16 +188,16 @@ struct Producer {
     // moves to the following stage.
     template <bool X16>
     __device__ __forceinline__ void issue(const Args& a, U4* buf, int sps) {
-        const u32 dst = smem_addr(buf);
+        const u32 dst = smem_u32(buf);
 #pragma unroll
         for (int i = 0; i < L::W / THREADS; i++)
-            cp16(dst + 16 * (threadIdx.x + i * THREADS), w + i * THREADS, 16u);
+            cp_async16(dst + 16 * (threadIdx.x + i * THREADS), w + i * THREADS, 16u);
         w += L::W;
         if (s_unit >= 0) {
             const int step = ks * UNITS + s_unit;
             int grp = a.spg_shift >= 0 ? step >> a.spg_shift : step / a.steps_per_group;
             grp = min(grp, a.groups - 1);  // K padding: zero codes, any finite scale
-            cp16(dst + 16 * (L::W + threadIdx.x), s + (size_t)grp * 16, 16u);
+            cp_async16(dst + 16 * (L::W + threadIdx.x), s + (size_t)grp * 16, 16u);
         }
         if (x) {
 #pragma unroll
@@ -303,13 +206,13 @@ struct Producer {
                 const u32 d = dst + 16 * (x_dst + i * THREADS);
                 if (X16) {
                     const bool ok = kk < a.k;  // k % 8 == 0: the whole word or none of it
-                    cp16(d, ok ? (const void*)(x + kk) : (const void*)a.x, ok ? 16u : 0u);
+                    cp_async16(d, ok ? (const void*)(x + kk) : (const void*)a.x, ok ? 16u : 0u);
                 } else {
                     copy_x_narrow(a, d, buf + x_dst + i * THREADS, x + kk, kk);
                 }
             }
         }
-        cp_commit();
+        cp_async_commit();
         if (++ks == sps) {
             ks = 0;
             stripe++;
@@ -342,8 +245,8 @@ __device__ __forceinline__ void compute_stage(const U4* w, const u32* sc, const 
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const U4 xv = xs[i * 8 * MT * 4 + mt * 32];
-            mma<BF16>(acc[mt], fa[0][0], fa[0][1], fa[0][2], fa[0][3], xv.x, xv.y);
-            mma<BF16>(acc[mt], fa[1][0], fa[1][1], fa[1][2], fa[1][3], xv.z, xv.w);
+            mma_m16n8k16<BF16>(acc[mt], fa[0][0], fa[0][1], fa[0][2], fa[0][3], xv.x, xv.y);
+            mma_m16n8k16<BF16>(acc[mt], fa[1][0], fa[1][1], fa[1][2], fa[1][3], xv.z, xv.w);
         }
     }
 }
@@ -361,7 +264,9 @@ __device__ __forceinline__ void epilogue(const Args& a, const float (&acc)[MT][4
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const int m = row0 + mt * 8 + 2 * t + (r & 1);
-            if (m < a.m) a.out[(size_t)m * a.ldo + n] = to16<BF16>(acc[mt][r] * c + b);
+            if (m < a.m)
+                store2<BF16 ? 2 : 1>(a.out, (long long)m * a.ldo + n, acc[mt][r] * c + b, 0.0f,
+                                     false, false);
         }
     }
 }
@@ -378,7 +283,6 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
     typedef StageLayout<MT> L;
     extern __shared__ U4 smem[];
     U4* ring = smem;
-    __shared__ int last_flag;
 
     const int lane = threadIdx.x & 31, tile = threadIdx.x >> 5;
     const int chunk = blockIdx.x, b = blockIdx.y;
@@ -404,7 +308,7 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
         if (p < count) {
             prod.template issue<X16>(a, ring + (size_t)p * L::WORDS, sps);
         } else {
-            cp_commit();
+            cp_async_commit();
         }
     }
     int seg_ks = ks;  // first stage of the current stripe segment
@@ -416,14 +320,14 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
     const U4* cx = ring + L::W + L::S + g * 4 + t;
     int slot = 0;     // ring slot of stage p
     for (int p = 0; p < count; p++) {
-        cp_wait(S - 2);
+        cp_async_wait_n(S - 2);
         __syncthreads();  // stage p is in for every thread; slot (p - 1) % S is free
         const int pn = p + S - 1;
         if (pn < count) {
             const int nslot = slot == 0 ? S - 1 : slot - 1;  // (p + S - 1) % S
             prod.template issue<X16>(a, ring + (size_t)nslot * L::WORDS, sps);
         } else {
-            cp_commit();
+            cp_async_commit();
         }
         {
             const size_t off = (size_t)slot * L::WORDS;
@@ -451,24 +355,15 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int r = 0; r < 4; r++) st_cg(dst + (mt * 4 + r) * 32, acc[mt][r]);
-                __threadfence();
             }
             const int b_first = range_of(stripe * sps, total, ranges);
             const int b_last = range_of((stripe + 1) * sps - 1, total, ranges);
             const int pieces = b_last - b_first + 1;
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                int* ctr = a.counters + (size_t)chunk * a.stripes + stripe;
-                const int prev = atomicAdd(ctr, 1);
-                const int is_last = prev == pieces - 1;
-                if (is_last) {
-                    *ctr = 0;  // ready for the next launch
-                    __threadfence();
-                }
-                last_flag = is_last;
-            }
-            __syncthreads();
-            if (last_flag) {
+            // The split-K protocol of block_gemm and decode_gemm: the pieces of the stripe
+            // are the arrivals on its counter; the last one sums them in range order
+            // (deterministic, as decode_gemm's splits).
+            const bool last = last_split(a.counters, (u32)chunk * a.stripes + stripe, pieces);
+            if (last) {
                 float sum[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
@@ -495,7 +390,7 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
         ks = 0;
         seg_ks = 0;
     }
-    cp_wait(0);
+    cp_async_wait_n(0);
 }
 
 // MINB: blocks per SM the registers must allow. Every variant fits two (the 64-row one in

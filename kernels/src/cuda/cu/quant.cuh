@@ -1,10 +1,7 @@
-// Shared device helpers for fp8-linear's NVRTC-compiled kernels. Header-free: no CUDA
-// headers are needed, only built-ins and inline PTX.
-typedef unsigned char u8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
+// Quantization helpers of fp8-linear's kernels (after ptx.cuh): the weight scale block
+// geometry of the block GEMMs, e4m3 encoding, the correctly rounded division by a scale,
+// input loads of the three float dtypes, absmax reductions, scales (ue8m0 included) and
+// the 1 x G group quantization of 8 values per lane.
 #define E4M3_MAX 448.0f
 #define MIN_ABSMAX 1e-10f
 
@@ -16,30 +13,6 @@ typedef unsigned long long u64;
 #ifndef SBK
 #define SBK 128
 #endif
-
-__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
-
-// PTX helpers are under `#ifndef FP8_HOST_MODEL`: the host model of the kernels
-// (tests/host_model) compiles the rest of the source on a CPU with C++ versions of them.
-#ifndef FP8_HOST_MODEL
-__device__ __forceinline__ float f16_to_f32(u16 h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-
-__device__ __forceinline__ u16 f32_to_bf16(float f) {
-    u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
-
-__device__ __forceinline__ u16 f32_to_f16(float f) {
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
-#endif  // FP8_HOST_MODEL
 
 // e4m3fn encoding: round to nearest even, saturate to +-448 (infinities too), NaN -> 0x7f with
 // the sign kept. Bit-identical to fp8_linear_core::fp8::f32_to_e4m3 (the hardware
@@ -144,37 +117,6 @@ __device__ __forceinline__ float ue8m0_ceil(float s) {
     if (e <= 253 && (b & 0x7fffffu) != 0) b = (b & 0xff800000u) + 0x00800000u;
     return __uint_as_float(b);
 }
-
-// D += A x B with FP8 mma.sync m16n8k32 (e4m3 x e4m3 -> f32; sm_89 and newer): a[4] the A
-// fragment (16 x 32, row), b[2] the B fragment (32 x 8, col), c[4] the f32 accumulators.
-#ifndef FP8_HOST_MODEL
-__device__ __forceinline__ void mma_e4m3(float* c, const u32* a, const u32* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-#endif  // FP8_HOST_MODEL
-
-// Stores v0 (and v1 at idx + 1 when `both`) at element idx of an output of dtype OUT
-// (0 = f32, 1 = f16, 2 = bf16); one vector store when `pair_ok` (idx even, aligned).
-template <int OUT>
-__device__ __forceinline__ void store2(void* out, long long idx, float v0, float v1, bool both,
-                                       bool pair_ok) {
-    if (OUT == 0) {
-        float* o = (float*)out + idx;
-        if (both && pair_ok) { *reinterpret_cast<float2*>(o) = make_float2(v0, v1); }
-        else { o[0] = v0; if (both) o[1] = v1; }
-    } else {
-        u16 h0 = OUT == 1 ? f32_to_f16(v0) : f32_to_bf16(v0);
-        u16 h1 = OUT == 1 ? f32_to_f16(v1) : f32_to_bf16(v1);
-        u16* o = (u16*)out + idx;
-        if (both && pair_ok) { *reinterpret_cast<u32*>(o) = (u32)h0 | ((u32)h1 << 16); }
-        else { o[0] = h0; if (both) o[1] = h1; }
-    }
-}
-
 
 // Dynamic 1 x G group quantization of 8 values per lane, the group spread over `lanes`
 // aligned lanes (a power of two <= 32; every lane of the warp must call it): returns the
