@@ -7,7 +7,7 @@ counts chosen instructions per kernel (SASS_OUT=FILE also writes the whole disas
 
     pip download --no-deps nvidia-cuda-nvrtc nvidia-cuda-nvdisasm -d /tmp/w   # then unzip both
     NVRTC=/tmp/w/nvidia/cu13/lib/libnvrtc.so.13 NVDISASM=/tmp/w/nvidia/cu13/bin/nvdisasm \\
-      scripts/sass.py kernels/src/cuda/cu/common.cuh,kernels/src/cuda/cu/block_gemm.cu sm_89 \\
+      scripts/sass.py kernels/src/cuda/cu/ptx.cuh,kernels/src/cuda/cu/quant.cuh,kernels/src/cuda/cu/epilogue.cuh,kernels/src/cuda/cu/block_gemm.cu sm_89 \\
       -DMT=4 -DSTAGES=4
 
 Prints, per kernel, the counts of QMMA, HMMA, F2FP, LDSM, LDGSTS, BAR and LDL/STL.
