@@ -1,23 +1,21 @@
 //! What the block-scaled FP8 kernels (R x C weight blocks, dynamic 1 x C activation groups)
-//! share: the configs they accept, and [`BlockLayer`], the weights and activation
-//! quantization in front of each kernel's GEMM. A kernel supplies only its weight-scale
-//! layout, its row padding and its activation-scale order ([`ActLayout`]), then runs its
-//! GEMM on what [`BlockLayer::quantize`] returns: each call is [`BlockLayer::check`], the
-//! kernel's reservation of everything the call needs (activation scratch through
-//! [`BlockLayer::reserve`], its own workspaces and plans), then the quantization and the
-//! GEMM, so that a call refused during a CUDA graph capture has enqueued nothing.
+//! share: the configs they accept, [`BlockWeights`] (a layer's weights on the device in one
+//! [`WeightLayout`], shared by the layer's kernels of that layout) and [`BlockLayer`], the
+//! weights and activation quantization in front of each kernel's GEMM. A kernel supplies
+//! only its weight layout and its activation-scale order ([`ActLayout`]); in the skeleton's
+//! steps (`layer::Recipe`) its reservation takes the activation scratch through
+//! [`BlockLayer::reserve`] and its launch runs the GEMM on what [`BlockLayer::quantize`]
+//! returns.
 
 use std::sync::Arc;
 
 use fp8_linear_core::quant::GroupShape;
 use fp8_linear_core::validate::check_config_basics;
 use fp8_linear_core::{
-    DType, DeviceMemory, KernelError, LayerConfig, LayerWeights, SharedWeights, Tensor, TensorMut,
-    Unsupported,
+    DType, DeviceMemory, KernelError, LayerConfig, LayerWeights, SharedWeights, Unsupported,
 };
 use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
-use super::device_io::{check_row_count, device_io};
 use super::error::{be, be_at};
 use super::quant::{ActQuant, GroupQuantBuffers, Grouping, ScaleOrder};
 use super::weights::DeviceWeights;
@@ -280,21 +278,6 @@ impl BlockLayer {
             layout: act,
             grouping,
         })
-    }
-
-    /// The checks every call opens with: the input and output as device memory on `gpu`
-    /// against the layer, and the row count. Returns M and the input's and output's memory.
-    pub fn check(
-        &self,
-        kernel: &'static str,
-        config: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        input: &Tensor<'_>,
-        output: &TensorMut<'_>,
-    ) -> Result<(usize, DeviceMemory, DeviceMemory), KernelError> {
-        let (m, x, out) = device_io(kernel, config, gpu, input, output)?;
-        check_row_count(input, m, config.n)?;
-        Ok((m, x, out))
     }
 
     /// The rows of the quantized activations for `m` input rows (M padded per the kernel's

@@ -13,11 +13,11 @@ use fp8_linear_core::{
     TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cublaslt::ScaleMode;
-use fp8_linear_cuda::{CudaError, Gpu};
+use fp8_linear_cuda::Gpu;
 
 use super::block::{block_checks, ActLayout, BlockLayer, Blocks, WeightLayout};
 use super::error::{be, be_at};
-use super::layer::GpuLayer;
+use super::layer::{GpuLayer, Io, Recipe};
 use super::lt_gemm::{lt_layer_checks, LtGemm};
 use super::quant::ScaleOrder;
 use super::scratch::Scratch;
@@ -105,24 +105,64 @@ impl Fp8Kernel for CublasLtBlockFp8 {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let (c, gpu, st) = self.layer.processed(NAME)?;
-        let io = st.block.check(NAME, c, gpu, input, output)?;
+        self.layer.apply(&(), input, output)
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        self.layer.prepare(&(), max_m)
+    }
+}
+
+impl Recipe for State {
+    type Knobs = ();
+    type Plan = ();
+    /// The padded output's address when M is not a multiple of [`M_MULTIPLE`].
+    type Scratch = Option<u64>;
+
+    fn plan(&self, _: &LayerConfig, _: &Gpu, _: &(), _: usize) -> Result<(), KernelError> {
+        Ok(())
+    }
+
+    /// The activation scratch, the GEMM plan for M padded to [`M_MULTIPLE`], and the padded
+    /// output when M is not a multiple.
+    fn reserve(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        _: &(),
+        m: usize,
+    ) -> Result<Option<u64>, KernelError> {
+        let lt = |e| be_at(NAME, m)(e);
+        let (_, act_scales) = self.block.reserve(c, gpu, m).map_err(lt)?;
+        let mp = self.block.rows(m);
+        let ws = self.block.weights.scales.ptr();
+        self.gemm.plan(mp, ws, act_scales).map_err(lt)?;
+        if mp == m {
+            return Ok(None);
+        }
+        Ok(Some(self.padded_out.get(gpu, mp * c.n).map_err(lt)?.ptr()))
+    }
+
+    fn enqueue(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        _: (),
+        padded: Option<u64>,
+        io: Io,
+    ) -> Result<(), KernelError> {
         let m = io.0;
-        // Everything the call needs, before anything is enqueued.
-        let padded = st.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
         // Rows m..mp of the padded activations are whatever the scratch holds: they only
         // reach output rows that are never copied out.
-        let call = st.block.quantize(NAME, c, gpu, io)?;
+        let call = self.block.quantize(NAME, c, gpu, io)?;
         let mp = call.rows;
-        let (w, ws) = (
-            st.block.weights.w.codes.ptr(),
-            st.block.weights.scales.ptr(),
-        );
+        let w = &self.block.weights;
+        let (wc, ws) = (w.w.codes.ptr(), w.scales.ptr());
         let target = padded.unwrap_or(call.out);
         // SAFETY: weight n*ldk bytes, scales in BLK128x128 layout, activations mp*ldk bytes,
         // activation scales kb*mp floats, output mp*n bf16 (the scratch when padded, else
         // the output, checked by check_io); all on this GPU.
-        unsafe { st.gemm.run(mp, w, ws, call.codes, call.scales, target) }
+        unsafe { self.gemm.run(mp, wc, ws, call.codes, call.scales, target) }
             .map_err(be_at(NAME, m))?;
         if mp != m {
             // SAFETY: the first m rows (m*n bf16, contiguous) of the scratch into the output,
@@ -133,36 +173,10 @@ impl Fp8Kernel for CublasLtBlockFp8 {
         Ok(())
     }
 
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        let (c, gpu, st) = self.layer.processed(NAME)?;
-        st.block.keep_retired();
-        st.padded_out.keep_retired();
-        st.gemm.pin_up_to(st.block.rows(max_m));
-        for m in 1..=max_m {
-            st.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
-        }
-        Ok(())
-    }
-}
-
-impl State {
-    /// Makes everything a call of `m` rows needs ready: the activation scratch, the GEMM
-    /// plan for M padded to [`M_MULTIPLE`], and the padded output when M is not a multiple
-    /// (whose address it returns).
-    fn reserve(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        m: usize,
-    ) -> Result<Option<u64>, CudaError> {
-        let (_, act_scales) = self.block.reserve(c, gpu, m)?;
-        let mp = self.block.rows(m);
-        self.gemm
-            .plan(mp, self.block.weights.scales.ptr(), act_scales)?;
-        if mp == m {
-            return Ok(None);
-        }
-        Ok(Some(self.padded_out.get(gpu, mp * c.n)?.ptr()))
+    fn keep_retired(&mut self, max_m: usize) {
+        self.block.keep_retired();
+        self.padded_out.keep_retired();
+        self.gemm.pin_up_to(self.block.rows(max_m));
     }
 }
 

@@ -14,9 +14,8 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cublaslt::ScaleMode;
 use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
-use super::device_io::device_io;
 use super::error::{be, be_at};
-use super::layer::GpuLayer;
+use super::layer::{GpuLayer, Io, Recipe};
 use super::lt_gemm::{lt_layer_checks, LtGemm};
 use super::quant::{ue8m0_activations, ActQuant};
 use super::scratch::Scratch;
@@ -41,6 +40,8 @@ const fn scaled_basics(config: &LayerConfig) -> Result<(), Unsupported> {
 
 /// What both kernels keep after `process_weights`.
 struct State {
+    /// The kernel's name (errors name it).
+    kernel: &'static str,
     w: DeviceWeights,
     /// Weight scales as cuBLASLt reads them (one, or one per output channel).
     ws: DeviceBuffer<f32>,
@@ -82,6 +83,7 @@ impl State {
         let input_scale_ub = up(w.input_scale_ub)?;
         let quant = ActQuant::new(gpu).map_err(be(kernel))?;
         Ok(State {
+            kernel,
             w,
             ws,
             input_scale,
@@ -98,41 +100,52 @@ impl State {
     /// Makes everything a call of `m` rows needs ready (codes, scales, the absmax scratch,
     /// the GEMM plan); returns the addresses of the codes, the activation scales and the
     /// absmax. Allocating or planning is refused while the stream is being captured.
-    fn reserve(&mut self, gpu: &Arc<Gpu>, m: usize) -> Result<(u64, u64, u64), CudaError> {
+    fn buffers(&mut self, gpu: &Arc<Gpu>, m: usize) -> Result<(u64, u64, u64), CudaError> {
         let q = self.q.get(gpu, m * self.w.ldk)?.ptr();
         let a_s = self.a_scales.get(gpu, m)?.ptr();
         let amax = self.amax.get(gpu, 1)?.ptr();
         self.gemm.plan(m, self.ws.ptr(), a_s)?;
         Ok((q, a_s, amax))
     }
+}
 
-    /// Keeps grown scratch alive and the plans of M up to `max_m` (`prepare`).
-    fn prepare(
+impl Recipe for State {
+    type Knobs = ();
+    type Plan = ();
+    /// The addresses of the codes, the activation scales and the absmax.
+    type Scratch = (u64, u64, u64);
+
+    fn plan(&self, _: &LayerConfig, _: &Gpu, _: &(), _: usize) -> Result<(), KernelError> {
+        Ok(())
+    }
+
+    fn reserve(
         &mut self,
-        kernel: &'static str,
+        _: &LayerConfig,
         gpu: &Arc<Gpu>,
-        max_m: usize,
-    ) -> Result<(), KernelError> {
+        _: &(),
+        m: usize,
+    ) -> Result<(u64, u64, u64), KernelError> {
+        self.buffers(gpu, m).map_err(be_at(self.kernel, m))
+    }
+
+    fn keep_retired(&mut self, max_m: usize) {
         self.q.keep_retired();
         self.a_scales.keep_retired();
         self.amax.keep_retired();
         self.gemm.pin_up_to(max_m);
-        for m in 1..=max_m {
-            self.reserve(gpu, m).map_err(be_at(kernel, m))?;
-        }
-        Ok(())
     }
 
     /// Quantizes the input per the layer's activation key and runs the GEMM.
-    fn run(
+    fn enqueue(
         &mut self,
-        kernel: &'static str,
         c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        input: &Tensor<'_>,
-        output: &mut TensorMut<'_>,
+        _: &Arc<Gpu>,
+        _: (),
+        (q, a_s, amax): (u64, u64, u64),
+        (m, x, out): Io,
     ) -> Result<(), KernelError> {
-        let (m, x, out) = device_io(kernel, c, gpu, input, output)?;
+        let kernel = self.kernel;
         let (k, ldk) = (c.k, self.w.ldk);
         let act = c.activation.expect("checked by can_implement");
         let fixed =
@@ -146,8 +159,6 @@ impl State {
                     },
                 )?)
             };
-        // Everything the call needs, before anything is enqueued.
-        let (q, a_s, amax) = self.reserve(gpu, m).map_err(be_at(kernel, m))?;
         let per_row = self.per_row;
         let ue8m0 = ue8m0_activations(c);
         // SAFETY: x holds m*k elements, q m*ldk bytes, a_s m floats, scalars one f32 each;
@@ -218,19 +229,12 @@ impl ScaledGemm {
         Ok(())
     }
 
-    fn apply(
-        &mut self,
-        kernel: &'static str,
-        input: &Tensor<'_>,
-        output: &mut TensorMut<'_>,
-    ) -> Result<(), KernelError> {
-        let (c, gpu, st) = self.layer.processed(kernel)?;
-        st.run(kernel, c, gpu, input, output)
+    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
+        self.layer.apply(&(), input, output)
     }
 
-    fn prepare(&mut self, kernel: &'static str, max_m: usize) -> Result<(), KernelError> {
-        let (_, gpu, st) = self.layer.processed(kernel)?;
-        st.prepare(kernel, gpu, max_m)
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        self.layer.prepare(&(), max_m)
     }
 }
 
@@ -273,11 +277,11 @@ impl Fp8Kernel for CublasLtFp8PerTensor {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        self.0.apply(Self::NAME, input, output)
+        self.0.apply(input, output)
     }
 
     fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        self.0.prepare(Self::NAME, max_m)
+        self.0.prepare(max_m)
     }
 }
 
@@ -328,10 +332,10 @@ impl Fp8Kernel for CublasLtFp8Rowwise {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        self.0.apply(Self::NAME, input, output)
+        self.0.apply(input, output)
     }
 
     fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        self.0.prepare(Self::NAME, max_m)
+        self.0.prepare(max_m)
     }
 }

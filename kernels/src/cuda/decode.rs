@@ -27,7 +27,7 @@ use super::device_io::{check_row_count, device_io};
 use super::dtype::float_index;
 use super::error::{be, be_at};
 use super::launch::{grid, launch};
-use super::layer::GpuLayer;
+use super::layer::{GpuLayer, Io, Recipe};
 use super::quant::{vector_loads, Grouping};
 use super::scratch::Scratch;
 use super::sources::decode_module;
@@ -171,28 +171,6 @@ impl Plan {
     }
 }
 
-impl State {
-    /// The workspace of a call (0 without a split): reserved before anything is enqueued.
-    fn reserve(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        p: &Plan,
-        m: usize,
-    ) -> Result<u64, KernelError> {
-        let len = p.ws_len(m, c.n).ok_or_else(|| {
-            KernelError::backend(
-                NAME,
-                format!("split-K workspace of {} x {m} x {}", p.splits, c.n),
-            )
-        })?;
-        if len == 0 {
-            return Ok(0);
-        }
-        Ok(self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr())
-    }
-}
-
 impl Fp8Kernel for DecodeBlockFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
         block_checks(config, Blocks::Tiled)?;
@@ -236,8 +214,31 @@ impl Fp8Kernel for DecodeBlockFp8 {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let max_splits = self.max_splits;
-        let (c, gpu, state) = self.layer.processed(NAME)?;
+        self.layer.apply(&self.max_splits, input, output)
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        self.layer.prepare(&self.max_splits, max_m)
+    }
+}
+
+impl Recipe for State {
+    /// The cap on K splits.
+    type Knobs = usize;
+    type Plan = Plan;
+    /// The split-K workspace's address (0 without a split).
+    type Scratch = u64;
+
+    const MAX_M: usize = DECODE_MAX_M;
+
+    fn check(
+        &self,
+        kernel: &'static str,
+        c: &LayerConfig,
+        gpu: &Gpu,
+        input: &Tensor<'_>,
+        output: &TensorMut<'_>,
+    ) -> Result<Io, KernelError> {
         if input.shape[0] > DECODE_MAX_M {
             return Err(KernelError::shape(
                 "input",
@@ -245,11 +246,54 @@ impl Fp8Kernel for DecodeBlockFp8 {
                 format!("{:?}", input.shape),
             ));
         }
-        let (m, x, out) = device_io(NAME, c, gpu, input, output)?;
-        check_row_count(input, m, c.n)?;
-        let p = Plan::new(c, gpu, max_splits, m);
-        // Everything the call needs, before anything is enqueued.
-        let ws = state.reserve(c, gpu, &p, m)?;
+        let io = device_io(kernel, c, gpu, input, output)?;
+        check_row_count(input, io.0, c.n)?;
+        Ok(io)
+    }
+
+    fn plan(
+        &self,
+        c: &LayerConfig,
+        gpu: &Gpu,
+        max_splits: &usize,
+        m: usize,
+    ) -> Result<Plan, KernelError> {
+        Ok(Plan::new(c, gpu, *max_splits, m))
+    }
+
+    /// The split-K workspace (counters, then partials) when split.
+    fn reserve(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        p: &Plan,
+        m: usize,
+    ) -> Result<u64, KernelError> {
+        let len = p.ws_len(m, c.n).ok_or_else(|| {
+            KernelError::backend(
+                NAME,
+                format!("split-K workspace of {} x {m} x {}", p.splits, c.n),
+            )
+        })?;
+        if len == 0 {
+            return Ok(0);
+        }
+        Ok(self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr())
+    }
+
+    fn keep_retired(&mut self, _max_m: usize) {
+        self.ws.keep_retired();
+    }
+
+    fn enqueue(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        p: Plan,
+        ws: u64,
+        (m, x, out): Io,
+    ) -> Result<(), KernelError> {
+        let state = self;
         let (n, k) = (c.n, c.k);
         let nb = n.div_ceil(weight_block(c).0);
         let block = &state.weights;
@@ -300,17 +344,6 @@ impl Fp8Kernel for DecodeBlockFp8 {
             )
         }
         .map_err(be(NAME))
-    }
-
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        let max_splits = self.max_splits;
-        let (c, gpu, state) = self.layer.processed(NAME)?;
-        state.ws.keep_retired();
-        for m in 1..=max_m.min(DECODE_MAX_M) {
-            let p = Plan::new(c, gpu, max_splits, m);
-            state.reserve(c, gpu, &p, m)?;
-        }
-        Ok(())
     }
 }
 

@@ -30,7 +30,7 @@ use super::block::{
 use super::dtype::float_index;
 use super::error::{be, be_at};
 use super::launch::{elementwise, grid, launch, per_float};
-use super::layer::GpuLayer;
+use super::layer::{GpuLayer, Io, Recipe};
 use super::scratch::Scratch;
 
 /// The Hopper module spec (compiled for `sm_90a`), registered in [`super::sources`].
@@ -312,20 +312,77 @@ impl Fp8Kernel for HopperBlockFp8 {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         let knobs = (self.max_splits, self.tile_rows, self.cluster);
-        let (c, gpu, st) = self.layer.processed(NAME)?;
-        let io = st.block.check(NAME, c, gpu, input, output)?;
-        let m = io.0;
-        let p = st.plan(c, gpu, knobs, m);
+        self.layer.apply(&knobs, input, output)
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        let knobs = (self.max_splits, self.tile_rows, self.cluster);
+        self.layer.prepare(&knobs, max_m)
+    }
+}
+
+impl Recipe for State {
+    /// (max splits, tile rows, cluster size).
+    type Knobs = (usize, Option<usize>, Option<usize>);
+    type Plan = Plan;
+    /// The split-K workspace's address (0 without a split).
+    type Scratch = u64;
+
+    fn plan(
+        &self,
+        c: &LayerConfig,
+        gpu: &Gpu,
+        knobs: &Self::Knobs,
+        m: usize,
+    ) -> Result<Plan, KernelError> {
+        let p = self.launch(c, gpu, *knobs, m);
         if p.units > i32::MAX as usize {
             // The kernel numbers its work units with 32-bit integers.
             return Err(KernelError::shape(
                 "input",
                 "[M, K] with fewer than 2^31 work units of 64 or 128 rows x 128 columns",
-                format!("{:?}", input.shape),
+                format!("[{m}, {}]", c.k),
             ));
         }
-        // Everything the call needs, before anything is enqueued.
-        let ws = st.reserve(c, gpu, &p, m)?;
+        Ok(p)
+    }
+
+    /// The activation buffers, and the split-K workspace when split.
+    fn reserve(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        p: &Plan,
+        m: usize,
+    ) -> Result<u64, KernelError> {
+        self.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
+        if p.splits <= 1 {
+            return Ok(0);
+        }
+        // Every split stores every valid element of its tiles: no clearing needed.
+        let len = (m * c.n).checked_mul(p.splits).ok_or_else(|| {
+            KernelError::backend(
+                NAME,
+                format!("split-K workspace of {} x {m} x {}", p.splits, c.n),
+            )
+        })?;
+        Ok(self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr())
+    }
+
+    fn keep_retired(&mut self, _max_m: usize) {
+        self.block.keep_retired();
+        self.ws.keep_retired();
+    }
+
+    fn enqueue(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        p: Plan,
+        ws: u64,
+        io: Io,
+    ) -> Result<(), KernelError> {
+        let (m, st) = (io.0, self);
         let call = st.block.quantize(NAME, c, gpu, io)?;
         let (n, k) = (c.n, c.k);
         let ldk = st.block.weights.w.ldk;
@@ -400,18 +457,6 @@ impl Fp8Kernel for HopperBlockFp8 {
         }
         Ok(())
     }
-
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        let knobs = (self.max_splits, self.tile_rows, self.cluster);
-        let (c, gpu, st) = self.layer.processed(NAME)?;
-        st.block.keep_retired();
-        st.ws.keep_retired();
-        for m in 1..=max_m {
-            let p = st.plan(c, gpu, knobs, m);
-            st.reserve(c, gpu, &p, m)?;
-        }
-        Ok(())
-    }
 }
 
 /// The launch of a call: tile variant, K split and work units (of clusters, for a
@@ -428,7 +473,7 @@ impl State {
     /// the options, `knobs` = (max splits, tile rows, cluster)); clusters of two only when
     /// the options ask and the height has them (on the H200 they measured no faster: see
     /// [`VARIANTS`]); the K split of [`plan_splits`] (none for tiles of more than 128 rows).
-    fn plan(
+    fn launch(
         &self,
         c: &LayerConfig,
         gpu: &Gpu,
@@ -465,29 +510,6 @@ impl State {
             kb_per_split,
             units: tiles * splits,
         }
-    }
-
-    /// Makes the scratch of a call of `m` rows ready (activation buffers, and the split-K
-    /// workspace when split); returns the workspace's address (0 without a split).
-    fn reserve(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        p: &Plan,
-        m: usize,
-    ) -> Result<u64, KernelError> {
-        self.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
-        if p.splits <= 1 {
-            return Ok(0);
-        }
-        // Every split stores every valid element of its tiles: no clearing needed.
-        let len = (m * c.n).checked_mul(p.splits).ok_or_else(|| {
-            KernelError::backend(
-                NAME,
-                format!("split-K workspace of {} x {m} x {}", p.splits, c.n),
-            )
-        })?;
-        Ok(self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr())
     }
 }
 

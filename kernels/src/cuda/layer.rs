@@ -1,16 +1,91 @@
-//! [`GpuLayer`]: what every CUDA kernel holds — its layer, the GPU handle it was built with
-//! (whose stream every launch goes to) and the state `process_weights` leaves for `apply`.
+//! The skeleton every CUDA kernel runs on: [`GpuLayer`] (its layer, the GPU handle it was
+//! built with, whose stream every launch goes to, the layer's shared weights and the state
+//! `process_weights` leaves) and [`Recipe`], what makes one kernel different. A call is
+//! [`GpuLayer::apply`]: check -> plan -> reserve -> enqueue (the activation quantization
+//! and the GEMM), so that a call refused during a CUDA graph capture has enqueued nothing;
+//! [`GpuLayer::prepare`] makes the plans and scratch of every M once.
 
 use std::sync::Arc;
 
 use fp8_linear_core::kernel::processed;
-use fp8_linear_core::{BuildCtx, KernelError, LayerConfig, SharedWeights};
+use fp8_linear_core::{
+    BuildCtx, DeviceMemory, KernelError, LayerConfig, SharedWeights, Tensor, TensorMut,
+};
 use fp8_linear_cuda::Gpu;
 
-use super::device_io::gpu_of;
+use super::device_io::{check_row_count, device_io, gpu_of};
+
+/// A call's checked input and output: M, the input's and the output's device memory.
+pub type Io = (usize, DeviceMemory, DeviceMemory);
+
+/// What one CUDA kernel adds to the skeleton, implemented by its processed state: the
+/// launch plan of a call, the scratch that call needs and the launch itself. `Knobs` are the
+/// kernel's build options that the plan reads (tile heights, split caps).
+pub trait Recipe: Send {
+    /// The build options the plan reads.
+    type Knobs;
+    /// The launch of a call (tile variant, grid, K splits).
+    type Plan;
+    /// What the reservation hands the launch (workspace addresses).
+    type Scratch;
+
+    /// The most rows one call takes (`prepare` stops there).
+    const MAX_M: usize = usize::MAX;
+
+    /// The checks a call opens with: the input and output as device memory of the layer's
+    /// GPU, against the layer, and the row count.
+    fn check(
+        &self,
+        kernel: &'static str,
+        c: &LayerConfig,
+        gpu: &Gpu,
+        input: &Tensor<'_>,
+        output: &TensorMut<'_>,
+    ) -> Result<Io, KernelError> {
+        let io = device_io(kernel, c, gpu, input, output)?;
+        check_row_count(input, io.0, c.n)?;
+        Ok(io)
+    }
+
+    /// The launch of a call of `m` rows.
+    fn plan(
+        &self,
+        c: &LayerConfig,
+        gpu: &Gpu,
+        knobs: &Self::Knobs,
+        m: usize,
+    ) -> Result<Self::Plan, KernelError>;
+
+    /// Makes everything the call needs ready (scratch, workspaces, library plans): allocates
+    /// only when too small, which is refused while the stream is being captured.
+    fn reserve(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        plan: &Self::Plan,
+        m: usize,
+    ) -> Result<Self::Scratch, KernelError>;
+
+    /// Enqueues the call on `gpu`'s stream: the activation quantization (where the kernel
+    /// has one outside its GEMM) and the GEMM.
+    fn enqueue(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        plan: Self::Plan,
+        scratch: Self::Scratch,
+        io: Io,
+    ) -> Result<(), KernelError>;
+
+    /// Before `prepare` reserves every M up to `max_m`: keep grown buffers alive (graphs
+    /// captured before stay valid) and pin the plans of those M.
+    fn keep_retired(&mut self, max_m: usize);
+}
 
 /// A CUDA kernel's layer, GPU and processed state `S`.
 pub struct GpuLayer<S> {
+    /// The kernel's name (errors name it).
+    pub kernel: &'static str,
     /// The layer.
     pub config: LayerConfig,
     /// The GPU handle from the build context.
@@ -25,6 +100,7 @@ impl<S> GpuLayer<S> {
     /// The layer and GPU of a build context, nothing processed yet (nothing touches the GPU).
     pub fn new(kernel: &'static str, ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         Ok(GpuLayer {
+            kernel,
             config: *ctx.config(),
             gpu: gpu_of(kernel, ctx)?,
             shared: ctx.shared().cloned(),
@@ -44,11 +120,39 @@ impl<S> GpuLayer<S> {
 
     /// The layer, the GPU and the processed state, or
     /// [`KernelError::WeightsNotProcessed`] before `process_weights`.
-    pub fn processed(
-        &mut self,
-        kernel: &'static str,
-    ) -> Result<(&LayerConfig, &Arc<Gpu>, &mut S), KernelError> {
-        let state = processed(&mut self.state, kernel)?;
+    pub fn processed(&mut self) -> Result<(&LayerConfig, &Arc<Gpu>, &mut S), KernelError> {
+        let state = processed(&mut self.state, self.kernel)?;
         Ok((&self.config, &self.gpu, state))
+    }
+}
+
+impl<S: Recipe> GpuLayer<S> {
+    /// One call: check, plan, reserve everything, then enqueue (nothing is enqueued before
+    /// every reservation succeeded).
+    pub fn apply(
+        &mut self,
+        knobs: &S::Knobs,
+        input: &Tensor<'_>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let kernel = self.kernel;
+        let (c, gpu, st) = self.processed()?;
+        let io = st.check(kernel, c, gpu, input, output)?;
+        let plan = st.plan(c, gpu, knobs, io.0)?;
+        let scratch = st.reserve(c, gpu, &plan, io.0)?;
+        st.enqueue(c, gpu, plan, scratch, io)
+    }
+
+    /// Makes every M from 1 to `max_m` (at most [`Recipe::MAX_M`]) ready: its plan and
+    /// scratch, so such a call allocates and plans nothing (see `Fp8Kernel::prepare`).
+    pub fn prepare(&mut self, knobs: &S::Knobs, max_m: usize) -> Result<(), KernelError> {
+        let (c, gpu, st) = self.processed()?;
+        let max_m = max_m.min(S::MAX_M);
+        st.keep_retired(max_m);
+        for m in 1..=max_m {
+            let plan = st.plan(c, gpu, knobs, m)?;
+            st.reserve(c, gpu, &plan, m)?;
+        }
+        Ok(())
     }
 }

@@ -14,13 +14,13 @@ use fp8_linear_core::{
     TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
-use fp8_linear_cuda::{CudaError, Gpu};
+use fp8_linear_cuda::Gpu;
 
 use super::block::{block_checks, weight_block, ActLayout, BlockLayer, Blocks, ROWS_16_ROW_MAJOR};
 use super::dtype::float_index;
 use super::error::{be, be_at, compile_target};
 use super::launch::{grid, launch, per_float};
-use super::layer::GpuLayer;
+use super::layer::{GpuLayer, Io, Recipe};
 use super::scratch::Scratch;
 use super::sources;
 
@@ -168,20 +168,74 @@ impl Fp8Kernel for PortableBlockFp8 {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let forced = self.forced;
-        let (c, gpu, st) = self.layer.processed(NAME)?;
-        let io = st.block.check(NAME, c, gpu, input, output)?;
-        let m = io.0;
-        let p = st.plan(c, gpu, forced, m);
+        self.layer.apply(&self.forced, input, output)
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        self.layer.prepare(&self.forced, max_m)
+    }
+}
+
+impl Recipe for State {
+    /// The forced tile height (m16 tiles per warp) and K split.
+    type Knobs = (Option<u32>, Option<usize>);
+    type Plan = Plan;
+    /// The split-K workspace's address (0 without a split).
+    type Scratch = u64;
+
+    fn plan(
+        &self,
+        c: &LayerConfig,
+        gpu: &Gpu,
+        forced: &Self::Knobs,
+        m: usize,
+    ) -> Result<Plan, KernelError> {
+        let p = self.launch(c, gpu, *forced, m);
         if p.gm > 65535 {
             return Err(KernelError::shape(
                 "input",
                 "[M <= 65535 * 128, K]",
-                format!("{:?}", input.shape),
+                format!("[{m}, {}]", c.k),
             ));
         }
-        // Everything the call needs, before anything is enqueued.
-        let ws = st.reserve(c, gpu, &p, m).map_err(be_at(NAME, m))?;
+        Ok(p)
+    }
+
+    /// The activation buffers, and the split-K workspace when split.
+    fn reserve(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        p: &Plan,
+        m: usize,
+    ) -> Result<u64, KernelError> {
+        let at = be_at(NAME, m);
+        self.block.reserve(c, gpu, m).map_err(&at)?;
+        if p.splits > 1 {
+            Ok(self
+                .ws
+                .get(gpu, p.counter_words() + m * c.n)
+                .map_err(at)?
+                .ptr())
+        } else {
+            Ok(0)
+        }
+    }
+
+    fn keep_retired(&mut self, _max_m: usize) {
+        self.block.keep_retired();
+        self.ws.keep_retired();
+    }
+
+    fn enqueue(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        p: Plan,
+        ws: u64,
+        io: Io,
+    ) -> Result<(), KernelError> {
+        let (m, st) = (io.0, self);
         let call = st.block.quantize(NAME, c, gpu, io)?;
         let (n, k) = (c.n, c.k);
         let ldk = st.block.weights.w.ldk;
@@ -241,18 +295,6 @@ impl Fp8Kernel for PortableBlockFp8 {
         .map_err(be(NAME))?;
         Ok(())
     }
-
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        let forced = self.forced;
-        let (c, gpu, st) = self.layer.processed(NAME)?;
-        st.block.keep_retired();
-        st.ws.keep_retired();
-        for m in 1..=max_m {
-            let p = st.plan(c, gpu, forced, m);
-            st.reserve(c, gpu, &p, m).map_err(be_at(NAME, m))?;
-        }
-        Ok(())
-    }
 }
 
 /// The launch of a call: tile variant, grid and K split.
@@ -274,7 +316,7 @@ impl Plan {
 impl State {
     /// The launch for `m` rows (tile height and K split, each forced or chosen by
     /// [`plan_launch`]).
-    fn plan(
+    fn launch(
         &self,
         c: &LayerConfig,
         gpu: &Gpu,
@@ -306,23 +348,6 @@ impl State {
             gm: m.div_ceil(32 * self.variants[variant].mt as usize),
             splits: kb.div_ceil(kb_per_split),
             kb_per_split,
-        }
-    }
-
-    /// Makes the scratch of a call of `m` rows ready (activation buffers, and the split-K
-    /// workspace when split); returns the workspace's address (0 without a split).
-    fn reserve(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        p: &Plan,
-        m: usize,
-    ) -> Result<u64, CudaError> {
-        self.block.reserve(c, gpu, m)?;
-        if p.splits > 1 {
-            Ok(self.ws.get(gpu, p.counter_words() + m * c.n)?.ptr())
-        } else {
-            Ok(0)
         }
     }
 }

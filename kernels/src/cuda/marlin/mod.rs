@@ -34,10 +34,10 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{function_with_shared_memory, DeviceBuffer, Gpu};
 
-use super::device_io::{device_io, download};
+use super::device_io::download;
 use super::error::{be, be_at, compile_target};
 use super::launch::{grid, launch};
-use super::layer::GpuLayer;
+use super::layer::{GpuLayer, Io, Recipe};
 use super::scratch::Scratch;
 use super::sources;
 use super::weights::small_to_host;
@@ -295,18 +295,88 @@ impl Fp8Kernel for MarlinFp8 {
     }
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let tuning = self.tuning;
-        let (c, gpu, st) = self.layer.processed(NAME)?;
-        let (m, xin, xout) = device_io(NAME, c, gpu, input, output)?;
-        if m > i32::MAX as usize {
-            return Err(KernelError::shape(
-                "input",
-                "[M < 2^31, K]",
-                format!("{:?}", input.shape),
-            ));
+        self.layer.apply(&self.tuning, input, output)
+    }
+
+    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
+        self.layer.prepare(&self.tuning, max_m)
+    }
+}
+
+impl Recipe for State {
+    type Knobs = MarlinPipeline;
+    type Plan = LaunchPlan;
+    /// The split-K workspace and arrival counters when ranges cut stripes (else 0, 0).
+    type Scratch = (u64, u64);
+
+    /// The launch plan of a call of `m` rows.
+    fn plan(
+        &self,
+        _: &LayerConfig,
+        gpu: &Gpu,
+        tuning: &MarlinPipeline,
+        m: usize,
+    ) -> Result<LaunchPlan, KernelError> {
+        LaunchPlan::new(
+            m,
+            self.n_pad / STRIPE,
+            self.k_pad / STEP,
+            gpu.device().sm_count as usize,
+            self.smem_optin,
+            tuning,
+        )
+        .ok_or_else(|| {
+            KernelError::backend(
+                NAME,
+                format!(
+                    "the device's {} B of shared memory per block hold fewer than two stages \
+                     ({} B each)",
+                    self.smem_optin,
+                    plan::stage_bytes(1)
+                ),
+            )
+        })
+    }
+
+    /// The split-K workspace and arrival counters when ranges cut stripes.
+    fn reserve(
+        &mut self,
+        _: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        p: &LaunchPlan,
+        m: usize,
+    ) -> Result<(u64, u64), KernelError> {
+        if !p.cuts_stripes() {
+            return Ok((0, 0));
         }
-        // Everything the call needs, before anything is enqueued.
-        let (p, work, counters) = st.reserve(gpu, m, &tuning)?;
+        let work = self
+            .work
+            .get(gpu, p.workspace_floats())
+            .map_err(be_at(NAME, m))?
+            .ptr();
+        // Zeroed when allocated; the last block of each stripe resets its counter.
+        let counters = self
+            .counters
+            .get(gpu, p.counters() * 4)
+            .map_err(be_at(NAME, m))?
+            .ptr();
+        Ok((work, counters))
+    }
+
+    fn keep_retired(&mut self, _max_m: usize) {
+        self.work.keep_retired();
+        self.counters.keep_retired();
+    }
+
+    fn enqueue(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        p: LaunchPlan,
+        (work, counters): (u64, u64),
+        (m, xin, xout): Io,
+    ) -> Result<(), KernelError> {
+        let st = self;
         let args = Args {
             w: st.weight.ptr(),
             s: st.scales.ptr(),
@@ -346,66 +416,7 @@ impl Fp8Kernel for MarlinFp8 {
         // enough); the workspace and counters were sized by the plan; the counters are zero
         // between launches (the last block of each stripe resets its counter); the shared
         // memory is within the limit the functions were loaded with.
-        unsafe { launch(b, cfg, "marlin_w8a16") }.map_err(be(NAME))?;
-        Ok(())
-    }
-
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        let tuning = self.tuning;
-        let (_, gpu, st) = self.layer.processed(NAME)?;
-        st.work.keep_retired();
-        st.counters.keep_retired();
-        for m in 1..=max_m {
-            st.reserve(gpu, m, &tuning)?;
-        }
-        Ok(())
-    }
-}
-
-impl State {
-    /// The launch plan of a call of `m` rows, with its split-K workspace and arrival
-    /// counters made ready when ranges cut stripes (their addresses, else 0). Allocating is
-    /// refused while the stream is being captured.
-    fn reserve(
-        &mut self,
-        gpu: &Arc<Gpu>,
-        m: usize,
-        tuning: &MarlinPipeline,
-    ) -> Result<(LaunchPlan, u64, u64), KernelError> {
-        let p = LaunchPlan::new(
-            m,
-            self.n_pad / STRIPE,
-            self.k_pad / STEP,
-            gpu.device().sm_count as usize,
-            self.smem_optin,
-            tuning,
-        )
-        .ok_or_else(|| {
-            KernelError::backend(
-                NAME,
-                format!(
-                    "the device's {} B of shared memory per block hold fewer than two stages \
-                     ({} B each)",
-                    self.smem_optin,
-                    plan::stage_bytes(1)
-                ),
-            )
-        })?;
-        if !p.cuts_stripes() {
-            return Ok((p, 0, 0));
-        }
-        let work = self
-            .work
-            .get(gpu, p.workspace_floats())
-            .map_err(be_at(NAME, m))?
-            .ptr();
-        // Zeroed when allocated; the last block of each stripe resets its counter.
-        let counters = self
-            .counters
-            .get(gpu, p.counters() * 4)
-            .map_err(be_at(NAME, m))?
-            .ptr();
-        Ok((p, work, counters))
+        unsafe { launch(b, cfg, "marlin_w8a16") }.map_err(be(NAME))
     }
 }
 
