@@ -1,4 +1,4 @@
-//! The one options layer: selection overrides ([`Overrides`](crate::Overrides)) and kernel
+//! The one options layer: selection overrides ([`Overrides`]) and kernel
 //! knobs ([`KernelOptions`]) are read from the environment here and nowhere below; kernels
 //! receive them typed, in their build context.
 

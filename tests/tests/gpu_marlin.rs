@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use fp8_linear::cpu::reference::weight_only_f64;
 use fp8_linear::cuda::marlin::plan::MarlinPipeline;
-use fp8_linear::cuda::marlin::{emulate::emulate, repack, SOURCE};
+use fp8_linear::cuda::marlin::SOURCE;
 use fp8_linear::cuda::runtime::Gpu;
+use fp8_linear::cuda::testing::marlin::{emulate, repack};
 use fp8_linear::cuda::MarlinFp8;
 use fp8_linear::{
     DType, DeviceMemory, Fp8Kernel, KernelOptions, LayerConfig, LayerWeights, Linear, Options,

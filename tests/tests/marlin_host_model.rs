@@ -8,10 +8,10 @@
 //! GPUs, every M tile, ragged N and K, and every activation copy width. Skips with a printed
 //! reason when there is no C++20 compiler.
 
-use fp8_linear::cuda::marlin::emulate::emulate;
 use fp8_linear::cuda::marlin::plan::{x_copy_bytes, LaunchPlan, MarlinPipeline};
-use fp8_linear::cuda::marlin::repack;
 use fp8_linear::cuda::sources::marlin_module;
+use fp8_linear::cuda::testing::marlin::emulate;
+use fp8_linear::cuda::testing::marlin::repack;
 use fp8_linear::{DType, LayerConfig};
 use fp8_linear_tests::check::{compare, Tolerance};
 use fp8_linear_tests::host_model::{le, section, HostModel};

@@ -8,8 +8,8 @@
 //! codes over all 254 finite codes; the seed is printed, `FP8_TEST_SEED` replays it).
 
 use fp8_linear::cpu::reference::weight_only_f64;
-use fp8_linear::cuda::marlin::emulate::emulate;
-use fp8_linear::cuda::marlin::repack::{self, bit_trick, half_bits_to_f32, prepare};
+use fp8_linear::cuda::testing::marlin::emulate;
+use fp8_linear::cuda::testing::marlin::repack::{self, bit_trick, half_bits_to_f32, prepare};
 use fp8_linear::fp8::e4m3_to_f32;
 use fp8_linear::{DType, KernelError, LayerConfig};
 use fp8_linear::{GroupShape, QuantKey, ScaleDtype};

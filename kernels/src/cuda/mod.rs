@@ -9,17 +9,18 @@
 //! weights (uploaded to the GPU of the layer's build context) or device weights (used on
 //! their device).
 //!
-//! One skeleton, the parts plugged in: every kernel holds a `GpuLayer` (its layer, GPU handle
-//! and processed state); the block-scaled kernels put a `BlockLayer` (weights in the kernel's
-//! scale layout, activation quantization in its scale order) in front of their GEMM, so their
-//! files hold only the GEMM: tile variants, split-K and the launch. The shared pieces:
-//!
-//! - `layer`: `GpuLayer`; `block`: the 128 x 128 config checks and `BlockLayer`;
-//!   `weights`: weights on the device.
-//! - `device_io`: tensors as device memory on the layer's GPU, row-count checks, downloads.
-//! - `launch`: a module's functions per output dtype, grid shapes, launches with named errors.
-//! - `lt_gemm`: the cuBLASLt kernels' layer checks and their GEMM with its plans by M.
-//! - `scratch`, `dtype`, `error` (the one CUDA-error-to-kernel-error conversion).
+//! One skeleton, the parts plugged in (folder `skeleton/`): every kernel holds a `GpuLayer`
+//! (its layer, GPU handle, the layer's shared weights and the processed state), whose
+//! `apply` and `prepare` run the same steps for every kernel (check -> plan -> reserve ->
+//! quantize and enqueue); the processed state of each kernel implements `Recipe`, the steps
+//! that differ. The block-scaled kernels put a `BlockLayer` (the layer's weights in the
+//! kernel's layout, shared with the layer's other kernels of that layout, and the activation
+//! quantization in its scale order) in front of their GEMM, so their files (folder `gemm/`:
+//! the recipes [`cublaslt_block`], [`cublaslt_scaled`], [`decode`], [`hopper`], [`marlin`],
+//! [`portable`]) hold only the GEMM: tile variants, split-K and the launch. The CUDA side
+//! mirrors it: every module is put together from `cu/ptx.cuh` (the PTX wrappers),
+//! `cu/quant.cuh` and `cu/epilogue.cuh` (bias + store, the split-K last-arriver protocol)
+//! before its own body.
 //!
 //! CUDA graphs: every `apply` first reserves everything the call needs (scratch through
 //! `Scratch::get`, cuBLASLt plans and workspace through `LtGemm::plan`), then enqueues; once
@@ -30,23 +31,26 @@
 //! anything is enqueued. Device addresses are read once when buffers are made, so a call
 //! touches no cudarc event either.
 
-mod block;
-pub mod cublaslt_block;
-pub mod cublaslt_scaled;
-pub mod decode;
-mod device_io;
-mod dtype;
-mod error;
-pub mod hopper;
-mod launch;
-mod layer;
-mod lt_gemm;
-pub mod marlin;
-pub mod portable;
+mod gemm;
 pub mod quant;
-mod scratch;
+mod skeleton;
 pub mod sources;
-mod weights;
+
+pub use gemm::{cublaslt_block, cublaslt_scaled, decode, hopper, marlin, portable};
+
+/// Hooks for the tests crate (host models, numerics checks): the Marlin repack and its CPU
+/// model of the kernel's arithmetic. Not part of the API.
+#[doc(hidden)]
+pub mod testing {
+    /// The Marlin kernel's CPU model and weight repack.
+    pub mod marlin {
+        pub use crate::cuda::gemm::marlin::emulate::emulate;
+        /// The weight repack, scale conversion and padding.
+        pub mod repack {
+            pub use crate::cuda::gemm::marlin::repack::*;
+        }
+    }
+}
 
 pub use cublaslt_block::CublasLtBlockFp8;
 pub use cublaslt_scaled::{CublasLtFp8PerTensor, CublasLtFp8Rowwise};

@@ -18,9 +18,9 @@ use fp8_linear_core::{DType, LayerConfig};
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{function, CudaError, Gpu, LoadStats};
 
-use super::dtype::float_slot;
-use super::launch::{blocks, launch, per_float, THREADS};
-use super::scratch::Scratch;
+use super::skeleton::dtype::float_slot;
+use super::skeleton::launch::{blocks, launch, per_float, THREADS};
+use super::skeleton::scratch::Scratch;
 use super::sources;
 
 /// The per-token groups of a block layer's activations: `cols` columns share one scale

@@ -27,10 +27,10 @@ macro_rules! module_source {
 /// `epilogue.cuh`).
 pub const MARLIN: &str = module_source!(["epilogue.cuh"] "marlin.cu");
 
-/// The single `cu/` files the modules are put together from, for tests (the assembly test
-/// below; the host models compile whole modules): not part of the crate's API.
-#[doc(hidden)]
-pub mod testing {
+/// The single `cu/` files the modules are put together from, for the assembly test below
+/// (the host models compile whole modules).
+#[cfg(test)]
+mod testing {
     /// The basic types and every PTX wrapper (first in every module).
     pub const PTX: &str = cu!("ptx.cuh");
     /// Quantization helpers (e4m3 encoding, scales, group quantization, scale blocks).

@@ -17,8 +17,8 @@ use fp8_linear_core::{
 use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
 use super::error::{be, be_at};
-use super::quant::{ActQuant, GroupQuantBuffers, Grouping, ScaleOrder};
 use super::weights::DeviceWeights;
+use crate::cuda::quant::{ActQuant, GroupQuantBuffers, Grouping, ScaleOrder};
 
 /// The weight-block shapes a block kernel takes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

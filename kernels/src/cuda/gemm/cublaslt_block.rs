@@ -6,21 +6,18 @@
 //! fast index (`s[kb * M + m]`); weight scales `[ceil(N/128), ceil(K/128)]` row-major with the
 //! row length rounded up to a multiple of 4. K is padded with zeros to a multiple of 128.
 
-use std::sync::Arc;
-
 use fp8_linear_core::{
     fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
     TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cublaslt::ScaleMode;
-use fp8_linear_cuda::Gpu;
 
-use super::block::{block_checks, ActLayout, BlockLayer, Blocks, WeightLayout};
-use super::error::{be, be_at};
-use super::layer::{GpuLayer, Io, Recipe};
-use super::lt_gemm::{lt_layer_checks, LtGemm};
-use super::quant::ScaleOrder;
-use super::scratch::Scratch;
+use crate::cuda::quant::ScaleOrder;
+use crate::cuda::skeleton::block::{block_checks, ActLayout, BlockLayer, Blocks, WeightLayout};
+use crate::cuda::skeleton::error::{be, be_at};
+use crate::cuda::skeleton::layer::{Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::lt_gemm::{lt_layer_checks, LtGemm};
+use crate::cuda::skeleton::scratch::Scratch;
 
 const NAME: &str = CublasLtBlockFp8::NAME;
 
@@ -119,19 +116,14 @@ impl Recipe for State {
     /// The padded output's address when M is not a multiple of [`M_MULTIPLE`].
     type Scratch = Option<u64>;
 
-    fn plan(&self, _: &LayerConfig, _: &Gpu, _: &(), _: usize) -> Result<(), KernelError> {
+    fn plan(&self, _: Call<'_>, _: &()) -> Result<(), KernelError> {
         Ok(())
     }
 
     /// The activation scratch, the GEMM plan for M padded to [`M_MULTIPLE`], and the padded
     /// output when M is not a multiple.
-    fn reserve(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        _: &(),
-        m: usize,
-    ) -> Result<Option<u64>, KernelError> {
+    fn reserve(&mut self, call: Call<'_>, _: &()) -> Result<Option<u64>, KernelError> {
+        let (c, gpu, m) = (call.c, call.gpu, call.m);
         let lt = |e| be_at(NAME, m)(e);
         let (_, act_scales) = self.block.reserve(c, gpu, m).map_err(lt)?;
         let mp = self.block.rows(m);
@@ -145,12 +137,12 @@ impl Recipe for State {
 
     fn enqueue(
         &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
+        call: Call<'_>,
         _: (),
         padded: Option<u64>,
         io: Io,
     ) -> Result<(), KernelError> {
+        let (c, gpu) = (call.c, call.gpu);
         let m = io.0;
         // Rows m..mp of the padded activations are whatever the scratch holds: they only
         // reach output rows that are never copied out.

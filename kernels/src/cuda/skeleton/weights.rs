@@ -11,7 +11,7 @@ use fp8_linear_cuda::{DeviceBuffer, Gpu};
 
 use super::device_io::{download, same_device};
 use super::error::be;
-use super::quant::ActQuant;
+use crate::cuda::quant::ActQuant;
 
 /// Weights as the CUDA kernels use them.
 pub struct DeviceWeights {

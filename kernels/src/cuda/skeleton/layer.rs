@@ -18,6 +18,31 @@ use super::device_io::{check_row_count, device_io, gpu_of};
 /// A call's checked input and output: M, the input's and the output's device memory.
 pub type Io = (usize, DeviceMemory, DeviceMemory);
 
+/// What every step of a call sees: the layer, its GPU and the call's rows.
+#[derive(Copy, Clone)]
+pub struct Call<'a> {
+    /// The layer.
+    pub c: &'a LayerConfig,
+    /// The layer's GPU (whose stream the call is enqueued on).
+    pub gpu: &'a Arc<Gpu>,
+    /// The call's rows.
+    pub m: usize,
+}
+
+/// The checks a call opens with: the input and output as device memory of the layer's GPU,
+/// against the layer, and the row count.
+pub fn check_io(
+    kernel: &'static str,
+    c: &LayerConfig,
+    gpu: &Gpu,
+    input: &Tensor<'_>,
+    output: &TensorMut<'_>,
+) -> Result<Io, KernelError> {
+    let io = device_io(kernel, c, gpu, input, output)?;
+    check_row_count(input, io.0, c.n)?;
+    Ok(io)
+}
+
 /// What one CUDA kernel adds to the skeleton, implemented by its processed state: the
 /// launch plan of a call, the scratch that call needs and the launch itself. `Knobs` are the
 /// kernel's build options that the plan reads (tile heights, split caps).
@@ -32,8 +57,7 @@ pub trait Recipe: Send {
     /// The most rows one call takes (`prepare` stops there).
     const MAX_M: usize = usize::MAX;
 
-    /// The checks a call opens with: the input and output as device memory of the layer's
-    /// GPU, against the layer, and the row count.
+    /// The checks a call opens with ([`check_io`] unless the kernel has more).
     fn check(
         &self,
         kernel: &'static str,
@@ -42,36 +66,21 @@ pub trait Recipe: Send {
         input: &Tensor<'_>,
         output: &TensorMut<'_>,
     ) -> Result<Io, KernelError> {
-        let io = device_io(kernel, c, gpu, input, output)?;
-        check_row_count(input, io.0, c.n)?;
-        Ok(io)
+        check_io(kernel, c, gpu, input, output)
     }
 
-    /// The launch of a call of `m` rows.
-    fn plan(
-        &self,
-        c: &LayerConfig,
-        gpu: &Gpu,
-        knobs: &Self::Knobs,
-        m: usize,
-    ) -> Result<Self::Plan, KernelError>;
+    /// The launch of a call.
+    fn plan(&self, call: Call<'_>, knobs: &Self::Knobs) -> Result<Self::Plan, KernelError>;
 
     /// Makes everything the call needs ready (scratch, workspaces, library plans): allocates
     /// only when too small, which is refused while the stream is being captured.
-    fn reserve(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        plan: &Self::Plan,
-        m: usize,
-    ) -> Result<Self::Scratch, KernelError>;
+    fn reserve(&mut self, call: Call<'_>, plan: &Self::Plan) -> Result<Self::Scratch, KernelError>;
 
-    /// Enqueues the call on `gpu`'s stream: the activation quantization (where the kernel
+    /// Enqueues the call on the GPU's stream: the activation quantization (where the kernel
     /// has one outside its GEMM) and the GEMM.
     fn enqueue(
         &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
+        call: Call<'_>,
         plan: Self::Plan,
         scratch: Self::Scratch,
         io: Io,
@@ -138,9 +147,10 @@ impl<S: Recipe> GpuLayer<S> {
         let kernel = self.kernel;
         let (c, gpu, st) = self.processed()?;
         let io = st.check(kernel, c, gpu, input, output)?;
-        let plan = st.plan(c, gpu, knobs, io.0)?;
-        let scratch = st.reserve(c, gpu, &plan, io.0)?;
-        st.enqueue(c, gpu, plan, scratch, io)
+        let call = Call { c, gpu, m: io.0 };
+        let plan = st.plan(call, knobs)?;
+        let scratch = st.reserve(call, &plan)?;
+        st.enqueue(call, plan, scratch, io)
     }
 
     /// Makes every M from 1 to `max_m` (at most [`Recipe::MAX_M`]) ready: its plan and
@@ -150,8 +160,9 @@ impl<S: Recipe> GpuLayer<S> {
         let max_m = max_m.min(S::MAX_M);
         st.keep_retired(max_m);
         for m in 1..=max_m {
-            let plan = st.plan(c, gpu, knobs, m)?;
-            st.reserve(c, gpu, &plan, m)?;
+            let call = Call { c, gpu, m };
+            let plan = st.plan(call, knobs)?;
+            st.reserve(call, &plan)?;
         }
         Ok(())
     }

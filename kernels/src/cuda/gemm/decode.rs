@@ -20,17 +20,16 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::Gpu;
 
-use super::block::{
+use crate::cuda::quant::{vector_loads, Grouping};
+use crate::cuda::skeleton::block::{
     block_checks, tile_indices_fit, weight_block, BlockWeights, Blocks, ROWS_16_ROW_MAJOR,
 };
-use super::device_io::{check_row_count, device_io};
-use super::dtype::float_index;
-use super::error::{be, be_at};
-use super::launch::{grid, launch};
-use super::layer::{GpuLayer, Io, Recipe};
-use super::quant::{vector_loads, Grouping};
-use super::scratch::Scratch;
-use super::sources::decode_module;
+use crate::cuda::skeleton::dtype::float_index;
+use crate::cuda::skeleton::error::{be, be_at};
+use crate::cuda::skeleton::launch::{grid, launch};
+use crate::cuda::skeleton::layer::{check_io, Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::scratch::Scratch;
+use crate::cuda::sources::decode_module;
 
 const NAME: &str = DecodeBlockFp8::NAME;
 
@@ -246,29 +245,17 @@ impl Recipe for State {
                 format!("{:?}", input.shape),
             ));
         }
-        let io = device_io(kernel, c, gpu, input, output)?;
-        check_row_count(input, io.0, c.n)?;
-        Ok(io)
+        check_io(kernel, c, gpu, input, output)
     }
 
-    fn plan(
-        &self,
-        c: &LayerConfig,
-        gpu: &Gpu,
-        max_splits: &usize,
-        m: usize,
-    ) -> Result<Plan, KernelError> {
+    fn plan(&self, call: Call<'_>, max_splits: &usize) -> Result<Plan, KernelError> {
+        let (c, gpu, m) = (call.c, call.gpu, call.m);
         Ok(Plan::new(c, gpu, *max_splits, m))
     }
 
     /// The split-K workspace (counters, then partials) when split.
-    fn reserve(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        p: &Plan,
-        m: usize,
-    ) -> Result<u64, KernelError> {
+    fn reserve(&mut self, call: Call<'_>, p: &Plan) -> Result<u64, KernelError> {
+        let (c, gpu, m) = (call.c, call.gpu, call.m);
         let len = p.ws_len(m, c.n).ok_or_else(|| {
             KernelError::backend(
                 NAME,
@@ -287,12 +274,12 @@ impl Recipe for State {
 
     fn enqueue(
         &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
+        call: Call<'_>,
         p: Plan,
         ws: u64,
         (m, x, out): Io,
     ) -> Result<(), KernelError> {
+        let (c, gpu) = (call.c, call.gpu);
         let state = self;
         let (n, k) = (c.n, c.k);
         let nb = n.div_ceil(weight_block(c).0);

@@ -24,17 +24,17 @@ use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::tma::TensorMap;
 use fp8_linear_cuda::Gpu;
 
-use super::block::{
+use crate::cuda::skeleton::block::{
     block_checks, tile_indices_fit, weight_block, ActLayout, BlockLayer, Blocks, ROWS_16_ROW_MAJOR,
 };
-use super::dtype::float_index;
-use super::error::{be, be_at};
-use super::launch::{elementwise, grid, launch, per_float};
-use super::layer::{GpuLayer, Io, Recipe};
-use super::scratch::Scratch;
+use crate::cuda::skeleton::dtype::float_index;
+use crate::cuda::skeleton::error::{be, be_at};
+use crate::cuda::skeleton::launch::{elementwise, grid, launch, per_float};
+use crate::cuda::skeleton::layer::{Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::scratch::Scratch;
 
-/// The Hopper module spec (compiled for `sm_90a`), registered in [`super::sources`].
-pub use super::sources::hopper_module;
+/// The Hopper module spec (compiled for `sm_90a`), registered in [`crate::cuda::sources`].
+pub use crate::cuda::sources::hopper_module;
 
 const NAME: &str = HopperBlockFp8::NAME;
 
@@ -328,13 +328,8 @@ impl Recipe for State {
     /// The split-K workspace's address (0 without a split).
     type Scratch = u64;
 
-    fn plan(
-        &self,
-        c: &LayerConfig,
-        gpu: &Gpu,
-        knobs: &Self::Knobs,
-        m: usize,
-    ) -> Result<Plan, KernelError> {
+    fn plan(&self, call: Call<'_>, knobs: &Self::Knobs) -> Result<Plan, KernelError> {
+        let (c, gpu, m) = (call.c, call.gpu, call.m);
         let p = self.launch(c, gpu, *knobs, m);
         if p.units > i32::MAX as usize {
             // The kernel numbers its work units with 32-bit integers.
@@ -348,13 +343,8 @@ impl Recipe for State {
     }
 
     /// The activation buffers, and the split-K workspace when split.
-    fn reserve(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        p: &Plan,
-        m: usize,
-    ) -> Result<u64, KernelError> {
+    fn reserve(&mut self, call: Call<'_>, p: &Plan) -> Result<u64, KernelError> {
+        let (c, gpu, m) = (call.c, call.gpu, call.m);
         self.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
         if p.splits <= 1 {
             return Ok(0);
@@ -374,14 +364,8 @@ impl Recipe for State {
         self.ws.keep_retired();
     }
 
-    fn enqueue(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        p: Plan,
-        ws: u64,
-        io: Io,
-    ) -> Result<(), KernelError> {
+    fn enqueue(&mut self, call: Call<'_>, p: Plan, ws: u64, io: Io) -> Result<(), KernelError> {
+        let (c, gpu) = (call.c, call.gpu);
         let (m, st) = (io.0, self);
         let call = st.block.quantize(NAME, c, gpu, io)?;
         let (n, k) = (c.n, c.k);

@@ -16,13 +16,15 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::Gpu;
 
-use super::block::{block_checks, weight_block, ActLayout, BlockLayer, Blocks, ROWS_16_ROW_MAJOR};
-use super::dtype::float_index;
-use super::error::{be, be_at, compile_target};
-use super::launch::{grid, launch, per_float};
-use super::layer::{GpuLayer, Io, Recipe};
-use super::scratch::Scratch;
-use super::sources;
+use crate::cuda::skeleton::block::{
+    block_checks, weight_block, ActLayout, BlockLayer, Blocks, ROWS_16_ROW_MAJOR,
+};
+use crate::cuda::skeleton::dtype::float_index;
+use crate::cuda::skeleton::error::{be, be_at, compile_target};
+use crate::cuda::skeleton::launch::{grid, launch, per_float};
+use crate::cuda::skeleton::layer::{Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::scratch::Scratch;
+use crate::cuda::sources;
 
 const NAME: &str = PortableBlockFp8::NAME;
 
@@ -183,13 +185,8 @@ impl Recipe for State {
     /// The split-K workspace's address (0 without a split).
     type Scratch = u64;
 
-    fn plan(
-        &self,
-        c: &LayerConfig,
-        gpu: &Gpu,
-        forced: &Self::Knobs,
-        m: usize,
-    ) -> Result<Plan, KernelError> {
+    fn plan(&self, call: Call<'_>, forced: &Self::Knobs) -> Result<Plan, KernelError> {
+        let (c, gpu, m) = (call.c, call.gpu, call.m);
         let p = self.launch(c, gpu, *forced, m);
         if p.gm > 65535 {
             return Err(KernelError::shape(
@@ -202,13 +199,8 @@ impl Recipe for State {
     }
 
     /// The activation buffers, and the split-K workspace when split.
-    fn reserve(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        p: &Plan,
-        m: usize,
-    ) -> Result<u64, KernelError> {
+    fn reserve(&mut self, call: Call<'_>, p: &Plan) -> Result<u64, KernelError> {
+        let (c, gpu, m) = (call.c, call.gpu, call.m);
         let at = be_at(NAME, m);
         self.block.reserve(c, gpu, m).map_err(&at)?;
         if p.splits > 1 {
@@ -227,14 +219,8 @@ impl Recipe for State {
         self.ws.keep_retired();
     }
 
-    fn enqueue(
-        &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        p: Plan,
-        ws: u64,
-        io: Io,
-    ) -> Result<(), KernelError> {
+    fn enqueue(&mut self, call: Call<'_>, p: Plan, ws: u64, io: Io) -> Result<(), KernelError> {
+        let (c, gpu) = (call.c, call.gpu);
         let (m, st) = (io.0, self);
         let call = st.block.quantize(NAME, c, gpu, io)?;
         let (n, k) = (c.n, c.k);

@@ -14,13 +14,15 @@
 //! Its constructor takes the layer's parameter names ([`LayerParams<4>`]), the block
 //! kernels' the config alone; the attribute checks both at compile time.
 //!
-//! - [`repack`]: the weight repack, scale conversion and padding (host side).
-//! - [`emulate`]: a CPU model of the kernel's arithmetic, for tests.
-//! - [`plan`]: the launch plan (M tile, weight ranges, ring depth, workspace).
+//! - `repack`: the weight repack, scale conversion and padding (host side);
+//! - `emulate`: a CPU model of the kernel's arithmetic, for tests (both reached by tests
+//!   through the hidden `fp8_linear::cuda::testing`, not part of the API);
+//! - [`plan`]: the launch plan (M tile, weight ranges, ring depth, workspace) and the
+//!   pipeline tuning ([`plan::MarlinPipeline`]).
 
-pub mod emulate;
+pub(crate) mod emulate;
 pub mod plan;
-pub mod repack;
+pub(crate) mod repack;
 
 use std::sync::Arc;
 
@@ -34,13 +36,13 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{function_with_shared_memory, DeviceBuffer, Gpu};
 
-use super::device_io::download;
-use super::error::{be, be_at, compile_target};
-use super::launch::{grid, launch};
-use super::layer::{GpuLayer, Io, Recipe};
-use super::scratch::Scratch;
-use super::sources;
-use super::weights::small_to_host;
+use crate::cuda::skeleton::device_io::download;
+use crate::cuda::skeleton::error::{be, be_at, compile_target};
+use crate::cuda::skeleton::launch::{grid, launch};
+use crate::cuda::skeleton::layer::{Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::scratch::Scratch;
+use crate::cuda::skeleton::weights::small_to_host;
+use crate::cuda::sources;
 use plan::{LaunchPlan, MarlinPipeline};
 use repack::{k_group, MarlinWeights, K_ALIGN, STEP, STRIPE};
 
@@ -310,13 +312,8 @@ impl Recipe for State {
     type Scratch = (u64, u64);
 
     /// The launch plan of a call of `m` rows.
-    fn plan(
-        &self,
-        _: &LayerConfig,
-        gpu: &Gpu,
-        tuning: &MarlinPipeline,
-        m: usize,
-    ) -> Result<LaunchPlan, KernelError> {
+    fn plan(&self, call: Call<'_>, tuning: &MarlinPipeline) -> Result<LaunchPlan, KernelError> {
+        let (gpu, m) = (call.gpu, call.m);
         LaunchPlan::new(
             m,
             self.n_pad / STRIPE,
@@ -339,13 +336,8 @@ impl Recipe for State {
     }
 
     /// The split-K workspace and arrival counters when ranges cut stripes.
-    fn reserve(
-        &mut self,
-        _: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        p: &LaunchPlan,
-        m: usize,
-    ) -> Result<(u64, u64), KernelError> {
+    fn reserve(&mut self, call: Call<'_>, p: &LaunchPlan) -> Result<(u64, u64), KernelError> {
+        let (gpu, m) = (call.gpu, call.m);
         if !p.cuts_stripes() {
             return Ok((0, 0));
         }
@@ -370,12 +362,12 @@ impl Recipe for State {
 
     fn enqueue(
         &mut self,
-        c: &LayerConfig,
-        gpu: &Arc<Gpu>,
+        call: Call<'_>,
         p: LaunchPlan,
         (work, counters): (u64, u64),
         (m, xin, xout): Io,
     ) -> Result<(), KernelError> {
+        let (c, gpu) = (call.c, call.gpu);
         let st = self;
         let args = Args {
             w: st.weight.ptr(),

@@ -14,12 +14,12 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cublaslt::ScaleMode;
 use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
-use super::error::{be, be_at};
-use super::layer::{GpuLayer, Io, Recipe};
-use super::lt_gemm::{lt_layer_checks, LtGemm};
-use super::quant::{ue8m0_activations, ActQuant};
-use super::scratch::Scratch;
-use super::weights::DeviceWeights;
+use crate::cuda::quant::{ue8m0_activations, ActQuant};
+use crate::cuda::skeleton::error::{be, be_at};
+use crate::cuda::skeleton::layer::{Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::lt_gemm::{lt_layer_checks, LtGemm};
+use crate::cuda::skeleton::scratch::Scratch;
+use crate::cuda::skeleton::weights::DeviceWeights;
 
 /// Checks shared by both kernels: FP8 e4m3 W8A8 with f32 scales, float input, N % 16 == 0,
 /// no bias.
@@ -115,17 +115,12 @@ impl Recipe for State {
     /// The addresses of the codes, the activation scales and the absmax.
     type Scratch = (u64, u64, u64);
 
-    fn plan(&self, _: &LayerConfig, _: &Gpu, _: &(), _: usize) -> Result<(), KernelError> {
+    fn plan(&self, _: Call<'_>, _: &()) -> Result<(), KernelError> {
         Ok(())
     }
 
-    fn reserve(
-        &mut self,
-        _: &LayerConfig,
-        gpu: &Arc<Gpu>,
-        _: &(),
-        m: usize,
-    ) -> Result<(u64, u64, u64), KernelError> {
+    fn reserve(&mut self, call: Call<'_>, _: &()) -> Result<(u64, u64, u64), KernelError> {
+        let (gpu, m) = (call.gpu, call.m);
         self.buffers(gpu, m).map_err(be_at(self.kernel, m))
     }
 
@@ -139,12 +134,12 @@ impl Recipe for State {
     /// Quantizes the input per the layer's activation key and runs the GEMM.
     fn enqueue(
         &mut self,
-        c: &LayerConfig,
-        _: &Arc<Gpu>,
+        call: Call<'_>,
         _: (),
         (q, a_s, amax): (u64, u64, u64),
         (m, x, out): Io,
     ) -> Result<(), KernelError> {
+        let c = call.c;
         let kernel = self.kernel;
         let (k, ldk) = (c.k, self.w.ldk);
         let act = c.activation.expect("checked by can_implement");
