@@ -7,15 +7,14 @@
 //! row length rounded up to a multiple of 4. K is padded with zeros to a multiple of 128.
 
 use fp8_linear_core::{
-    fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
-    TensorMut, Unsupported,
+    fp8_kernel, BuildCtx, DType, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Unsupported,
 };
 use fp8_linear_cuda::cublaslt::ScaleMode;
 
 use crate::cuda::quant::ScaleOrder;
 use crate::cuda::skeleton::block::{block_checks, ActLayout, BlockLayer, Blocks, WeightLayout};
 use crate::cuda::skeleton::error::{be, be_at};
-use crate::cuda::skeleton::layer::{Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::lt_gemm::{lt_layer_checks, LtGemm};
 use crate::cuda::skeleton::scratch::Scratch;
 
@@ -101,13 +100,7 @@ impl Fp8Kernel for CublasLtBlockFp8 {
         Ok(())
     }
 
-    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        self.layer.apply(&(), input, output)
-    }
-
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        self.layer.prepare(&(), max_m)
-    }
+    skeleton_calls!(layer, |_| ());
 }
 
 impl Recipe for State {

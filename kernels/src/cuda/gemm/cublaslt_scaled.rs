@@ -16,7 +16,7 @@ use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
 use crate::cuda::quant::{ue8m0_activations, ActQuant};
 use crate::cuda::skeleton::error::{be, be_at};
-use crate::cuda::skeleton::layer::{Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::lt_gemm::{lt_layer_checks, LtGemm};
 use crate::cuda::skeleton::scratch::Scratch;
 use crate::cuda::skeleton::weights::DeviceWeights;
@@ -224,13 +224,7 @@ impl ScaledGemm {
         Ok(())
     }
 
-    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        self.layer.apply(&(), input, output)
-    }
-
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        self.layer.prepare(&(), max_m)
-    }
+    skeleton_calls!(layer, |_| ());
 }
 
 /// cuBLASLt FP8 GEMM with one scale per tensor for weights and activations (static or

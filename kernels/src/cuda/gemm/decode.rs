@@ -14,8 +14,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, PushKernelArg};
 use fp8_linear_core::{
-    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
-    Unsupported,
+    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::Gpu;
@@ -25,9 +24,9 @@ use crate::cuda::skeleton::block::{
     block_checks, tile_indices_fit, weight_block, BlockWeights, Blocks, ROWS_16_ROW_MAJOR,
 };
 use crate::cuda::skeleton::dtype::float_index;
-use crate::cuda::skeleton::error::{be, be_at};
+use crate::cuda::skeleton::error::be;
 use crate::cuda::skeleton::launch::{grid, launch};
-use crate::cuda::skeleton::layer::{check_io, Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::scratch::Scratch;
 use crate::cuda::sources::decode_module;
 
@@ -212,13 +211,7 @@ impl Fp8Kernel for DecodeBlockFp8 {
         Ok(())
     }
 
-    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        self.layer.apply(&self.max_splits, input, output)
-    }
-
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        self.layer.prepare(&self.max_splits, max_m)
-    }
+    skeleton_calls!(layer, |k| k.max_splits);
 }
 
 impl Recipe for State {
@@ -230,24 +223,6 @@ impl Recipe for State {
 
     const MAX_M: usize = DECODE_MAX_M;
 
-    fn check(
-        &self,
-        kernel: &'static str,
-        c: &LayerConfig,
-        gpu: &Gpu,
-        input: &Tensor<'_>,
-        output: &TensorMut<'_>,
-    ) -> Result<Io, KernelError> {
-        if input.shape[0] > DECODE_MAX_M {
-            return Err(KernelError::shape(
-                "input",
-                format!("[M, K] with M <= {DECODE_MAX_M} (the decode kernel's rows)"),
-                format!("{:?}", input.shape),
-            ));
-        }
-        check_io(kernel, c, gpu, input, output)
-    }
-
     fn plan(&self, call: Call<'_>, max_splits: &usize) -> Result<Plan, KernelError> {
         let (c, gpu, m) = (call.c, call.gpu, call.m);
         Ok(Plan::new(c, gpu, *max_splits, m))
@@ -255,17 +230,8 @@ impl Recipe for State {
 
     /// The split-K workspace (counters, then partials) when split.
     fn reserve(&mut self, call: Call<'_>, p: &Plan) -> Result<u64, KernelError> {
-        let (c, gpu, m) = (call.c, call.gpu, call.m);
-        let len = p.ws_len(m, c.n).ok_or_else(|| {
-            KernelError::backend(
-                NAME,
-                format!("split-K workspace of {} x {m} x {}", p.splits, c.n),
-            )
-        })?;
-        if len == 0 {
-            return Ok(0);
-        }
-        Ok(self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr())
+        let len = p.ws_len(call.m, call.c.n);
+        call.workspace(NAME, &mut self.ws, len, p.splits)
     }
 
     fn keep_retired(&mut self, _max_m: usize) {

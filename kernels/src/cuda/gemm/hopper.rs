@@ -17,8 +17,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, PushKernelArg};
 use fp8_linear_core::{
-    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
-    Unsupported,
+    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::tma::TensorMap;
@@ -30,7 +29,7 @@ use crate::cuda::skeleton::block::{
 use crate::cuda::skeleton::dtype::float_index;
 use crate::cuda::skeleton::error::{be, be_at};
 use crate::cuda::skeleton::launch::{elementwise, grid, launch, per_float};
-use crate::cuda::skeleton::layer::{Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::scratch::Scratch;
 
 /// The Hopper module spec (compiled for `sm_90a`), registered in [`crate::cuda::sources`].
@@ -310,15 +309,7 @@ impl Fp8Kernel for HopperBlockFp8 {
         Ok(())
     }
 
-    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        let knobs = (self.max_splits, self.tile_rows, self.cluster);
-        self.layer.apply(&knobs, input, output)
-    }
-
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        let knobs = (self.max_splits, self.tile_rows, self.cluster);
-        self.layer.prepare(&knobs, max_m)
-    }
+    skeleton_calls!(layer, |k| (k.max_splits, k.tile_rows, k.cluster));
 }
 
 impl Recipe for State {
@@ -333,10 +324,8 @@ impl Recipe for State {
         let p = self.launch(c, gpu, *knobs, m);
         if p.units > i32::MAX as usize {
             // The kernel numbers its work units with 32-bit integers.
-            return Err(KernelError::shape(
-                "input",
+            return Err(call.too_many_rows(
                 "[M, K] with fewer than 2^31 work units of 64 or 128 rows x 128 columns",
-                format!("[{m}, {}]", c.k),
             ));
         }
         Ok(p)
@@ -346,17 +335,12 @@ impl Recipe for State {
     fn reserve(&mut self, call: Call<'_>, p: &Plan) -> Result<u64, KernelError> {
         let (c, gpu, m) = (call.c, call.gpu, call.m);
         self.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
-        if p.splits <= 1 {
-            return Ok(0);
-        }
         // Every split stores every valid element of its tiles: no clearing needed.
-        let len = (m * c.n).checked_mul(p.splits).ok_or_else(|| {
-            KernelError::backend(
-                NAME,
-                format!("split-K workspace of {} x {m} x {}", p.splits, c.n),
-            )
-        })?;
-        Ok(self.ws.get(gpu, len).map_err(be_at(NAME, m))?.ptr())
+        let len = match p.splits {
+            1 => Some(0),
+            s => (m * c.n).checked_mul(s),
+        };
+        call.workspace(NAME, &mut self.ws, len, p.splits)
     }
 
     fn keep_retired(&mut self, _max_m: usize) {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, PushKernelArg};
 use fp8_linear_core::{
-    fp8_kernel, BuildCtx, Capability, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
-    TensorMut, Unsupported,
+    fp8_kernel, BuildCtx, Capability, Fp8Kernel, KernelError, LayerConfig, LayerWeights,
+    Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::Gpu;
@@ -22,7 +22,7 @@ use crate::cuda::skeleton::block::{
 use crate::cuda::skeleton::dtype::float_index;
 use crate::cuda::skeleton::error::{be, be_at, compile_target};
 use crate::cuda::skeleton::launch::{grid, launch, per_float};
-use crate::cuda::skeleton::layer::{Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::scratch::Scratch;
 use crate::cuda::sources;
 
@@ -169,13 +169,7 @@ impl Fp8Kernel for PortableBlockFp8 {
         Ok(())
     }
 
-    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        self.layer.apply(&self.forced, input, output)
-    }
-
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        self.layer.prepare(&self.forced, max_m)
-    }
+    skeleton_calls!(layer, |k| k.forced);
 }
 
 impl Recipe for State {
@@ -189,11 +183,7 @@ impl Recipe for State {
         let (c, gpu, m) = (call.c, call.gpu, call.m);
         let p = self.launch(c, gpu, *forced, m);
         if p.gm > 65535 {
-            return Err(KernelError::shape(
-                "input",
-                "[M <= 65535 * 128, K]",
-                format!("[{m}, {}]", c.k),
-            ));
+            return Err(call.too_many_rows("[M <= 65535 * 128, K]"));
         }
         Ok(p)
     }
@@ -201,17 +191,12 @@ impl Recipe for State {
     /// The activation buffers, and the split-K workspace when split.
     fn reserve(&mut self, call: Call<'_>, p: &Plan) -> Result<u64, KernelError> {
         let (c, gpu, m) = (call.c, call.gpu, call.m);
-        let at = be_at(NAME, m);
-        self.block.reserve(c, gpu, m).map_err(&at)?;
-        if p.splits > 1 {
-            Ok(self
-                .ws
-                .get(gpu, p.counter_words() + m * c.n)
-                .map_err(at)?
-                .ptr())
-        } else {
-            Ok(0)
-        }
+        self.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
+        let len = match p.splits {
+            1 => Some(0),
+            _ => (m * c.n).checked_add(p.counter_words()),
+        };
+        call.workspace(NAME, &mut self.ws, len, p.splits)
     }
 
     fn keep_retired(&mut self, _max_m: usize) {

@@ -1,7 +1,7 @@
 //! The skeleton every CUDA kernel runs on: [`GpuLayer`] (its layer, the GPU handle it was
 //! built with, whose stream every launch goes to, the layer's shared weights and the state
 //! `process_weights` leaves) and [`Recipe`], what makes one kernel different. A call is
-//! [`GpuLayer::apply`]: check -> plan -> reserve -> enqueue (the activation quantization
+//! [`GpuLayer::apply`]: check (rows, device memory) -> plan -> reserve -> enqueue (the activation quantization
 //! and the GEMM), so that a call refused during a CUDA graph capture has enqueued nothing;
 //! [`GpuLayer::prepare`] makes the plans and scratch of every M once.
 
@@ -14,6 +14,8 @@ use fp8_linear_core::{
 use fp8_linear_cuda::Gpu;
 
 use super::device_io::{check_row_count, device_io, gpu_of};
+use super::error::be_at;
+use super::scratch::Scratch;
 
 /// A call's checked input and output: M, the input's and the output's device memory.
 pub type Io = (usize, DeviceMemory, DeviceMemory);
@@ -29,18 +31,33 @@ pub struct Call<'a> {
     pub m: usize,
 }
 
-/// The checks a call opens with: the input and output as device memory of the layer's GPU,
-/// against the layer, and the row count.
-pub fn check_io(
-    kernel: &'static str,
-    c: &LayerConfig,
-    gpu: &Gpu,
-    input: &Tensor<'_>,
-    output: &TensorMut<'_>,
-) -> Result<Io, KernelError> {
-    let io = device_io(kernel, c, gpu, input, output)?;
-    check_row_count(input, io.0, c.n)?;
-    Ok(io)
+impl Call<'_> {
+    /// The error for a call of more rows than `kernel`'s launch can number: `expected` says
+    /// what it takes (`"[M <= 65535 * 128, K]"`).
+    pub fn too_many_rows(&self, expected: &'static str) -> KernelError {
+        KernelError::shape("input", expected, format!("[{}, {}]", self.m, self.c.k))
+    }
+
+    /// The call's split-K workspace of `len` floats in `ws` (grown only when too small,
+    /// which is refused while the stream is being captured): its address, 0 when `len` is
+    /// 0; `len` None (its size overflows) is an error naming the `splits`.
+    pub fn workspace(
+        &self,
+        kernel: &'static str,
+        ws: &mut Scratch<f32>,
+        len: Option<usize>,
+        splits: usize,
+    ) -> Result<u64, KernelError> {
+        let (m, n) = (self.m, self.c.n);
+        match len {
+            Some(0) => Ok(0),
+            Some(len) => Ok(ws.get(self.gpu, len).map_err(be_at(kernel, m))?.ptr()),
+            None => Err(KernelError::backend(
+                kernel,
+                format!("split-K workspace of {splits} x {m} x {n}"),
+            )),
+        }
+    }
 }
 
 /// What one CUDA kernel adds to the skeleton, implemented by its processed state: the
@@ -54,20 +71,9 @@ pub trait Recipe: Send {
     /// What the reservation hands the launch (workspace addresses).
     type Scratch;
 
-    /// The most rows one call takes (`prepare` stops there).
+    /// The most rows one call takes: more is refused by name before anything else, and
+    /// `prepare` stops there.
     const MAX_M: usize = usize::MAX;
-
-    /// The checks a call opens with ([`check_io`] unless the kernel has more).
-    fn check(
-        &self,
-        kernel: &'static str,
-        c: &LayerConfig,
-        gpu: &Gpu,
-        input: &Tensor<'_>,
-        output: &TensorMut<'_>,
-    ) -> Result<Io, KernelError> {
-        check_io(kernel, c, gpu, input, output)
-    }
 
     /// The launch of a call.
     fn plan(&self, call: Call<'_>, knobs: &Self::Knobs) -> Result<Self::Plan, KernelError>;
@@ -146,7 +152,16 @@ impl<S: Recipe> GpuLayer<S> {
     ) -> Result<(), KernelError> {
         let kernel = self.kernel;
         let (c, gpu, st) = self.processed()?;
-        let io = st.check(kernel, c, gpu, input, output)?;
+        if input.shape[0] > S::MAX_M {
+            return Err(KernelError::shape(
+                "input",
+                format!("[M, K] with M <= {} (the rows {kernel} takes)", S::MAX_M),
+                format!("{:?}", input.shape),
+            ));
+        }
+        // The input and output as device memory of the layer's GPU, against the layer.
+        let io = device_io(kernel, c, gpu, input, output)?;
+        check_row_count(input, io.0, c.n)?;
         let call = Call { c, gpu, m: io.0 };
         let plan = st.plan(call, knobs)?;
         let scratch = st.reserve(call, &plan)?;
@@ -166,4 +181,32 @@ impl<S: Recipe> GpuLayer<S> {
         }
         Ok(())
     }
+}
+
+/// The `apply` and `prepare` of a kernel on the skeleton, inside its `impl Fp8Kernel`:
+/// `skeleton_calls!(layer, |k| k.max_splits)` runs both on the `GpuLayer` in the kernel's
+/// field `layer` with the knobs the closure reads off the kernel.
+macro_rules! skeleton_calls {
+    ($layer:ident, $knobs:expr) => {
+        fn apply(
+            &mut self,
+            input: &fp8_linear_core::Tensor<'_>,
+            output: &mut fp8_linear_core::TensorMut<'_>,
+        ) -> Result<(), fp8_linear_core::KernelError> {
+            let knobs = $crate::cuda::skeleton::layer::knobs_of(self, $knobs);
+            self.$layer.apply(&knobs, input, output)
+        }
+
+        fn prepare(&mut self, max_m: usize) -> Result<(), fp8_linear_core::KernelError> {
+            let knobs = $crate::cuda::skeleton::layer::knobs_of(self, $knobs);
+            self.$layer.prepare(&knobs, max_m)
+        }
+    };
+}
+pub(crate) use skeleton_calls;
+
+/// The knobs `f` reads off `kernel` (for [`skeleton_calls`], where the closure's argument
+/// type is inferred from here).
+pub fn knobs_of<T, K>(kernel: &T, f: impl Fn(&T) -> K) -> K {
+    f(kernel)
 }

@@ -31,7 +31,7 @@ use fp8_linear_core::tensor::Storage;
 use fp8_linear_core::validate::{check_config_basics, check_layer_weights};
 use fp8_linear_core::{
     fp8_kernel, BuildCtx, Capability, DType, Fp8Kernel, KernelError, LayerConfig, LayerParam,
-    LayerParams, LayerWeights, Tensor, TensorMut, Unsupported,
+    LayerParams, LayerWeights, Tensor, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{function_with_shared_memory, DeviceBuffer, Gpu};
@@ -39,7 +39,7 @@ use fp8_linear_cuda::{function_with_shared_memory, DeviceBuffer, Gpu};
 use crate::cuda::skeleton::device_io::download;
 use crate::cuda::skeleton::error::{be, be_at, compile_target};
 use crate::cuda::skeleton::launch::{grid, launch};
-use crate::cuda::skeleton::layer::{Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::scratch::Scratch;
 use crate::cuda::skeleton::weights::small_to_host;
 use crate::cuda::sources;
@@ -296,13 +296,7 @@ impl Fp8Kernel for MarlinFp8 {
         Ok(())
     }
 
-    fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
-        self.layer.apply(&self.tuning, input, output)
-    }
-
-    fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
-        self.layer.prepare(&self.tuning, max_m)
-    }
+    skeleton_calls!(layer, |k| k.tuning);
 }
 
 impl Recipe for State {
