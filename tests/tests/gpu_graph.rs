@@ -141,7 +141,8 @@ fn replay_prepared(
     layer
         .prepare(MAX_M)
         .map_err(|e| format!("prepare({MAX_M}): {e}"))?;
-    for m in CAPTURED_M {
+    // The M the kernel serves (the decode kernel: M = 1).
+    for m in CAPTURED_M.into_iter().filter(|&m| entry.rows.contains(m)) {
         // The buffers the graph will address, made before the capture.
         let (mut xin, _) = upload_as(gpu, &random_activations(m, K), DType::Bf16);
         let mut y = AnyBuffer::poisoned(gpu, m * N, DType::Bf16);
