@@ -1,6 +1,6 @@
 //! Measured, shape-aware selection: a small file of autotune winners per (device, layer
-//! family, N, K, M bucket) that [`Table::select_tuned`](crate::Table::select_tuned) consults before
-//! the static priority order.
+//! family, N, K, M bucket) that [`Table::plan_tuned`](crate::Table::plan_tuned) (and
+//! `select_tuned`) consult before the static priority order.
 //!
 //! The file is plain text, one winner per line, seven tab-separated fields: device key
 //! (`NVIDIA H200 sm_90`), family (`block-scaled`), N, K, M bucket (a power of two), kernel

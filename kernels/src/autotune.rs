@@ -1,5 +1,6 @@
 //! The autotune pass: time every kernel that can run a layer on this device, for a few M,
-//! and record the fastest per M bucket in a [`TuningFile`] that `select_tuned` consults.
+//! and record the fastest per M bucket in a [`TuningFile`] that `plan_tuned` (and
+//! `select_tuned`) consult.
 
 use fp8_linear_core::tuning::device_key;
 use fp8_linear_core::{

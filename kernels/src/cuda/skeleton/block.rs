@@ -309,8 +309,8 @@ impl BlockLayer {
         self.act.keep_retired();
     }
 
-    /// Quantizes the input (`m` rows at `x`, checked by [`BlockLayer::check`]) per 1 x C
-    /// group into the layer's scratch in the kernel's [`ActLayout`], enqueued on `gpu`'s
+    /// Quantizes the input (`m` rows at `x`, checked by the skeleton's `GpuLayer::apply`)
+    /// per 1 x C group into the layer's scratch in the kernel's [`ActLayout`], enqueued on `gpu`'s
     /// stream. Call [`BlockLayer::reserve`] for `m` first: then nothing is allocated.
     pub fn quantize(
         &mut self,
