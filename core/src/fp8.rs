@@ -15,13 +15,15 @@ pub const E4M3_NAN: u8 = 0x7f;
 pub const MIN_ABSMAX: f32 = 1e-10;
 
 /// Encodes an f32 as e4m3fn: round to nearest even, saturate to +-448 (infinities too),
-/// NaN to the NaN pattern.
+/// every NaN (either sign) to [`E4M3_NAN`], as the hardware conversion of sm_89 and newer
+/// GPUs (`cvt.rn.satfinite.e4m3x2.f32`) does: the GPU quantizers equal this function on
+/// all 2^32 f32 inputs.
 #[inline]
 pub fn f32_to_e4m3(x: f32) -> u8 {
-    let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
     if x.is_nan() {
-        return E4M3_NAN | sign;
+        return E4M3_NAN;
     }
+    let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
     let a = x.abs().min(E4M3_MAX);
     // Below the smallest normal (2^-6) the spacing is 2^-9: scale by 2^9 (exact), round.
     if a < 0.015625 {
@@ -192,6 +194,13 @@ mod tests {
             // -0 and +0 both decode to 0 with their sign kept
             assert_eq!(back, b, "code {b:#x} value {v}");
         }
+    }
+
+    #[test]
+    fn nan_of_either_sign_is_the_positive_nan_code() {
+        assert_eq!(f32_to_e4m3(f32::NAN), E4M3_NAN);
+        assert_eq!(f32_to_e4m3(-f32::NAN), E4M3_NAN);
+        assert_eq!(f32_to_e4m3(f32::from_bits(0xffc0_0001)), E4M3_NAN);
     }
 
     #[test]

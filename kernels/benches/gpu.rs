@@ -1,8 +1,8 @@
 //! GPU benchmarks with CUDA-event timing (L2 flushed before every timed launch): every CUDA
 //! kernel of the block-scaled and scaled tables that can run on this GPU (forcible kernels
 //! included) on M in {1, 16, 64, 128, 512, 4096} x (N, K) of DeepSeek-V3-style layers, in
-//! TFLOP/s and as a ratio to cuBLASLt block-scaled in the same run; activation quantization
-//! (1x128 groups) in GB/s against a device-to-device copy; last, the GPU's `mma.sync`
+//! TFLOP/s and as a ratio to cuBLASLt block-scaled in the same run (the activation
+//! quantization has its own bench, `quant`); last, the GPU's `mma.sync`
 //! ceilings (f16 and FP8: the bound of the portable kernel). Prints "skipped: no CUDA
 //! device" and exits 0 without a GPU. A compact summary table is printed before the ceilings.
 //!
@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use fp8_linear::cuda::interop::cudarc;
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
-use fp8_linear::cuda::{ActQuant, Grouping, ScaleOrder};
 use fp8_linear::tables::{CUDA_BLOCK, CUDA_SCALED};
 use fp8_linear::{DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, Target};
 use half::bf16;
@@ -146,88 +144,7 @@ fn bench_gemms(
     }
 }
 
-/// Activation quantization (bf16 -> e4m3, 1x128 groups) in GB/s, and a device copy of the
-/// same bytes (read + write) for the ceiling. Returns (M, K, quant us, quant GB/s, copy GB/s).
-fn bench_quant(c: &mut Criterion, bench: &mut Bench) -> Vec<(usize, usize, f64, f64, f64)> {
-    let gpu = bench.gpu.clone();
-    let q = ActQuant::new(&gpu).expect("quant module");
-    let k = 7168;
-    let mut rows = Vec::new();
-    let mut g = c.benchmark_group("act-quant-1x128-bf16");
-    g.sample_size(10)
-        .warm_up_time(Duration::from_millis(20))
-        .measurement_time(Duration::from_millis(100));
-    for m in [1usize, 16, 128, 512, 4096, 16384] {
-        let mut rng = rand::rng();
-        let xh: Vec<bf16> = (0..m * k)
-            .map(|_| bf16::from_f32(rng.random_range(-3.0..3.0)))
-            .collect();
-        let x = DeviceBuffer::from_host(&gpu, &xh).unwrap();
-        let codes = DeviceBuffer::<u8>::zeros(&gpu, m * k).unwrap();
-        let scales = DeviceBuffer::<f32>::zeros(&gpu, m * k.div_ceil(128)).unwrap();
-        let bytes = m * k * 2 + m * k + m * k.div_ceil(128) * 4;
-        g.throughput(Throughput::Bytes(bytes as u64));
-        let samples = RefCell::new(Vec::new());
-        g.bench_function(BenchmarkId::new("quant", format!("M{m}xK{k}")), |b| {
-            b.iter_custom(|iters| {
-                bench.time(iters, &samples, || {
-                    // SAFETY: buffers sized for [m, k], default stream.
-                    unsafe {
-                        q.groups(
-                            x.ptr(),
-                            DType::Bf16,
-                            (m, k),
-                            Grouping::G128,
-                            codes.ptr(),
-                            k,
-                            scales.ptr(),
-                            ScaleOrder::RowMajor,
-                        )
-                    }
-                    .expect("quant launch");
-                })
-            })
-        });
-        let us = median(&mut samples.borrow_mut()) * 1e3;
-        // The same bytes moved by a plain device copy (read + write = bytes).
-        let src = DeviceBuffer::<u8>::zeros(&gpu, bytes / 2).unwrap();
-        let dst = DeviceBuffer::<u8>::zeros(&gpu, bytes / 2).unwrap();
-        let copy_samples = RefCell::new(Vec::new());
-        g.bench_function(BenchmarkId::new("copy", format!("{}B", bytes / 2)), |b| {
-            b.iter_custom(|iters| {
-                bench.time(iters, &copy_samples, || {
-                    // SAFETY: both buffers hold bytes/2 bytes; default stream.
-                    unsafe {
-                        cudarc::driver::result::memcpy_dtod_async(
-                            dst.ptr(),
-                            src.ptr(),
-                            bytes / 2,
-                            std::ptr::null_mut(),
-                        )
-                    }
-                    .expect("copy");
-                })
-            })
-        });
-        let copy_us = median(&mut copy_samples.borrow_mut()) * 1e3;
-        rows.push((
-            m,
-            k,
-            us,
-            bytes as f64 / us / 1e3,
-            bytes as f64 / copy_us / 1e3,
-        ));
-    }
-    g.finish();
-    rows
-}
-
-fn print_summary(
-    gpu: &Gpu,
-    results: &Results,
-    shapes: &[(usize, usize)],
-    quant: &[(usize, usize, f64, f64, f64)],
-) {
+fn print_summary(gpu: &Gpu, results: &Results, shapes: &[(usize, usize)]) {
     let names: Vec<String> = {
         let mut v: Vec<String> = results.keys().map(|k| k.0.clone()).collect();
         v.sort();
@@ -269,17 +186,6 @@ fn print_summary(
             println!("{line}");
         }
     }
-    println!("activation quantization bf16 -> e4m3 (1x128 groups), K = 7168:");
-    println!(
-        "{:>6} {:>9} {:>9} {:>9} {:>7}",
-        "M", "us", "GB/s", "copy GB/s", "% copy"
-    );
-    for (m, _k, us, gbs, copy) in quant {
-        println!(
-            "{m:>6} {us:>9.2} {gbs:>9.0} {copy:>9.0} {:>6.0}%",
-            100.0 * gbs / copy
-        );
-    }
 }
 
 fn main() {
@@ -298,11 +204,10 @@ fn main() {
     } else {
         SHAPES.to_vec()
     };
-    let quant = bench_quant(&mut c, &mut bench);
     let mut results = Results::new();
     bench_gemms(&mut c, &mut bench, &shapes, &mut results);
     c.final_summary();
-    print_summary(&gpu, &results, &shapes, &quant);
+    print_summary(&gpu, &results, &shapes);
     // The mma.sync ceilings: what the portable (and decode) kernels can reach on this GPU.
     match MmaPeak::new(&gpu).and_then(|p| p.tflops(&gpu)) {
         Ok((f16, e4m3)) => println!(

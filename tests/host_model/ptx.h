@@ -12,6 +12,11 @@ inline u16 f32_to_f16(float f) { return (u16)f2h(f, 0); }
 // rcp.approx.ftz.f32 (within 1 ulp on the GPU; exact division here).
 inline float rcp_approx(float x) { return 1.0f / x; }
 
+// max.u16x2: the unsigned maximum of each 16-bit half.
+inline u32 max_u16x2(u32 a, u32 b) {
+    return std::max(a & 0xffff0000u, b & 0xffff0000u) | std::max(a & 0xffffu, b & 0xffffu);
+}
+
 // The 16-bit product of fma.rn.{bf16,f16}x2 with a -0 addend: each half rounded once (the
 // f32 product of two 16-bit floats is exact).
 template <int BF16>

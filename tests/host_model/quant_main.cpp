@@ -4,8 +4,9 @@
 //   model INPUT OUTPUT
 //
 // INPUT sections (u64 byte count, bytes): params (i32: kind (0 groups, 1 rows) dtype (0 f32,
-// 1 f16, 2 bf16) M K ldq group ue8m0 vec has_ub), the upper bound (f32, may be empty), x
-// [M, K] in the dtype. OUTPUT: codes [M, ldq], then the f32 scales ([M, groups] row-major,
+// 1 f16, 2 bf16) M K ldq group ue8m0 vec has_ub, then for groups the launch quant.rs chose:
+// cut (0 c1u1, 1 c2u1, 2 c2u2) lg_lanes units threads grid_x), the upper bound (f32, may be
+// empty), x [M, K] in the dtype. OUTPUT: codes [M, ldq], then the f32 scales ([M, groups] row-major,
 // or [M]).
 #include "cuda.h"
 #include "ptx.h"
@@ -29,12 +30,20 @@ int main(int argc, char** argv) {
     std::vector<u8> q((size_t)M * ldq, 0xee);
     std::vector<float> s(kind == 0 ? (size_t)M * groups : (size_t)M, -1.0f);
     if (kind == 0) {
-        const long long threads = (long long)M * groups * (group / 8);
-        const unsigned blocks = (unsigned)((threads + 255) / 256);
-        run_grid(Dim3{blocks, 1, 1}, 256, 0, [&] {
-            if (dt == 0) quant_groups_f32((const float*)x, q.data(), s.data(), M, K, ldq, groups, 1, vec, group, ue8m0);
-            if (dt == 1) quant_groups_f16((const u16*)x, q.data(), s.data(), M, K, ldq, groups, 1, vec, group, ue8m0);
-            if (dt == 2) quant_groups_bf16((const u16*)x, q.data(), s.data(), M, K, ldq, groups, 1, vec, group, ue8m0);
+        const int cut = p[9], lg = p[10], units = p[11], threads = p[12], gx = p[13];
+        // vec bit 1: 8-byte code stores (the buffer is 8-byte aligned).
+        const int v = vec | ((ldq % 8 == 0) ? 2 : 0);
+        const unsigned gy = (unsigned)std::min(M, 65535);
+#define GROUPS(NAME, E) NAME((const E*)x, q.data(), s.data(), M, K, ldq, groups, 1, group, groups, units, lg, v, ue8m0)
+        run_grid(Dim3{(unsigned)gx, gy, 1}, threads, 0, [&] {
+            if (cut == 0 && dt == 0) GROUPS(quant_groups_c1u1_f32, float);
+            if (cut == 0 && dt == 1) GROUPS(quant_groups_c1u1_f16, u16);
+            if (cut == 0 && dt == 2) GROUPS(quant_groups_c1u1_bf16, u16);
+            if (cut == 1 && dt == 0) GROUPS(quant_groups_c2u1_f32, float);
+            if (cut == 1 && dt == 1) GROUPS(quant_groups_c2u1_f16, u16);
+            if (cut == 1 && dt == 2) GROUPS(quant_groups_c2u1_bf16, u16);
+            if (cut == 2 && dt == 1) GROUPS(quant_groups_c2u2_f16, u16);
+            if (cut == 2 && dt == 2) GROUPS(quant_groups_c2u2_bf16, u16);
         });
     } else {
         const float* ubp = has_ub ? ub.data() : nullptr;

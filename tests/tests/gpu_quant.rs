@@ -12,7 +12,11 @@
 use std::sync::Arc;
 
 use fp8_linear::cpu::quantize;
+use fp8_linear::cuda::interop::cudarc::driver::{LaunchConfig, PushKernelArg};
+use fp8_linear::cuda::runtime::ModuleSpec;
 use fp8_linear::cuda::runtime::{DeviceBuffer, Gpu};
+use fp8_linear::cuda::sources::QUANT_HEADERS;
+use fp8_linear::cuda::testing::quant::{group_cut, GroupCut};
 use fp8_linear::cuda::{ActQuant, Grouping, ScaleOrder};
 use fp8_linear::{DType, ScaleDtype};
 use fp8_linear_tests::gpu::{gpu_or_skip, upload_as, AnyBuffer};
@@ -357,4 +361,105 @@ fn per_token_and_per_tensor_bit_exact() {
         }
     }
     eprintln!("per-token (with and without ub) and per-tensor (static, dynamic): bit-exact");
+}
+
+/// (M, K), group columns, input dtypes, the cut the size chooses for 16-bit input.
+type CutCase = ((usize, usize), usize, &'static [DType], GroupCut);
+
+/// Sizes that choose each cut of the group kernel, ragged K among them (the other tests'
+/// shapes take the narrow cut): bit-exact with the oracle and the CPU, every scale order.
+#[test]
+fn every_cut_bit_exact_at_the_sizes_that_choose_it() {
+    let Some(gpu) = gpu_or_skip("every_cut_bit_exact_at_the_sizes_that_choose_it") else {
+        return;
+    };
+    let q = ActQuant::new(&gpu).unwrap();
+    let cases: [CutCase; 6] = [
+        ((300, 7168), 128, &DTYPES, GroupCut::Wide),
+        (
+            (150, 16383),
+            128,
+            &[DType::Bf16, DType::F32],
+            GroupCut::Wide,
+        ),
+        ((310, 7000), 8, &[DType::Bf16], GroupCut::Wide),
+        ((300, 7176), 16, &[DType::F16], GroupCut::Wide),
+        (
+            (5900, 7168),
+            128,
+            &[DType::Bf16, DType::F16],
+            GroupCut::Deep,
+        ),
+        ((2600, 16390), 64, &[DType::Bf16], GroupCut::Deep),
+    ];
+    for ((m, k), cols, dtypes, cut) in cases {
+        let x = nasty_activations(m, k);
+        for &d in dtypes {
+            let want = if d == DType::F32 { GroupCut::Wide } else { cut };
+            assert_eq!(group_cut(m, k, d), want, "{d} M={m} K={k}");
+            for ue8m0 in [false, true] {
+                check_groups(&gpu, &q, &x, (m, k), d, Grouping { cols, ue8m0 });
+            }
+        }
+    }
+    eprintln!("the wide and deep cuts: bit-exact with the oracle, ragged K, groups 8 to 128");
+}
+
+/// The e4m3 conversion the quantizers run on sm_89 and newer (`e4m3x2` in cu/quant.cuh: the
+/// hardware `cvt.rn.satfinite.e4m3x2.f32`) against the software encoder (`f32_to_e4m3`, the
+/// CPU's encoder line by line: kernels/src/cuda/sources.rs checks the port) on every one of
+/// the 2^32 f32 bit patterns, in both halves of the pair: equal everywhere, NaNs included.
+#[test]
+fn hardware_e4m3_conversion_equals_the_encoder_on_every_f32() {
+    let Some(gpu) = gpu_or_skip("hardware_e4m3_conversion_equals_the_encoder_on_every_f32") else {
+        return;
+    };
+    if gpu
+        .device()
+        .capability
+        .is_some_and(|c| (c.major, c.minor) < (8, 9))
+    {
+        eprintln!("skipped: no hardware e4m3 conversion before sm_89 (the encoder runs there)");
+        return;
+    }
+    const CHECK: &str = r#"
+// out[0]: mismatching patterns (saturating), out[1]: the smallest one.
+extern "C" __global__ void e4m3_every_f32(u32* out) {
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         i < (1ull << 32); i += (unsigned long long)gridDim.x * blockDim.x) {
+        const u32 b = (u32)i;
+        const float x = __uint_as_float(b), y = __uint_as_float(b ^ 0x80000000u);
+        if (e4m3x2(x, y) != ((f32_to_e4m3(x) << 8) | f32_to_e4m3(y))) {
+            atomicInc(&out[0], 0xffffffffu);
+            atomicMin(&out[1], b);
+        }
+    }
+}
+"#;
+    // The module's source lives as long as the test (ModuleSpec keeps a 'static str).
+    let source: &'static str = Box::leak(format!("{QUANT_HEADERS}\n{CHECK}").into_boxed_str());
+    let spec = ModuleSpec::new("e4m3_check", source);
+    let (module, _) = gpu.module(&spec).unwrap();
+    let f = module.load_function("e4m3_every_f32").unwrap();
+    let out = DeviceBuffer::<u8>::from_host(&gpu, &[0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]).unwrap();
+    let op = out.ptr();
+    let mut b = gpu.stream().launch_builder(&f);
+    b.arg(&op);
+    let cfg = LaunchConfig {
+        grid_dim: (gpu.device().sm_count.max(1) * 16, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the kernel takes one device pointer to two u32, which `out` holds.
+    unsafe { b.launch(cfg) }.unwrap();
+    let r = out.to_host().unwrap();
+    let word = |i: usize| u32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+    let (n, at) = (word(0), word(4));
+    assert_eq!(
+        n,
+        0,
+        "{n} f32 bit patterns convert differently, the first {at:#010x} ({:e})",
+        f32::from_bits(at)
+    );
+    eprintln!("hardware e4m3 conversion = the encoder on all 2^32 f32 (both pair halves)");
 }

@@ -11,12 +11,26 @@
 
 use fp8_linear::cpu::quantize::{per_token_fmt_into, per_token_group_fmt};
 use fp8_linear::cuda::sources::quant_module;
+use fp8_linear::cuda::testing::quant::{group_launch, GroupCut};
 use fp8_linear::{DType, ScaleDtype};
 use fp8_linear_tests::host_model::{encode_input, le, section, HostModel};
 use fp8_linear_tests::layers::nasty_activations;
 use fp8_linear_tests::oracle::magnitudes;
 
 const DRIVER: &str = include_str!("../host_model/quant_main.cpp");
+
+/// The launch of `cut` that quant.rs makes for a group quantization, as the driver's
+/// params (cut, lg_lanes, units, threads, grid x); nothing for a per-token one.
+fn launch_params(cut: GroupCut, m: usize, ldq: usize, group: usize) -> Vec<i32> {
+    let l = group_launch(cut, m, ldq, group).expect("launch shape");
+    vec![
+        cut as i32,
+        l.lg_lanes as i32,
+        l.units as i32,
+        l.threads as i32,
+        l.grid.0 as i32,
+    ]
+}
 
 /// Rows whose every 128-group is 3136 (so the scale is exactly 7) then e4m3 midpoints times
 /// 7: x / scale is an exact tie, which x times the f32 reciprocal of 7 (0.36 ulp off) misses
@@ -74,7 +88,7 @@ const fn case(
     }
 }
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
     case(
         false,
         Some(128),
@@ -93,6 +107,15 @@ const CASES: [Case; 8] = [
     ),
     case(false, Some(32), None, DType::F32, (4, 300), ScaleDtype::F32),
     case(false, Some(8), None, DType::Bf16, (3, 77), ScaleDtype::F32),
+    // Codes padded past the last group of 8 (88 of 96 columns): zeroed too.
+    case(
+        false,
+        Some(8),
+        None,
+        DType::Bf16,
+        (3, 81),
+        ScaleDtype::Ue8m0,
+    ),
     case(false, None, None, DType::Bf16, (5, 1000), ScaleDtype::F32),
     case(
         false,
@@ -113,7 +136,7 @@ const CASES: [Case; 8] = [
     case(true, None, None, DType::F32, (2, 256), ScaleDtype::F32),
 ];
 
-fn run_case(model: &HostModel, c: &Case, tag: &str) {
+fn run_case(model: &HostModel, c: &Case, cut: GroupCut, tag: &str) {
     let (m, k) = (c.m, c.k);
     let ldq = k.div_ceil(16) * 16;
     let x = if c.ties {
@@ -143,6 +166,10 @@ fn run_case(model: &HostModel, c: &Case, tag: &str) {
     ]
     .iter()
     .map(|&v| v as i32)
+    .chain(match c.group {
+        Some(g) => launch_params(cut, m, ldq, g),
+        None => Vec::new(),
+    })
     .collect();
     let mut input = Vec::new();
     section(&mut input, &le(&params, |v| v.to_le_bytes()));
@@ -152,7 +179,7 @@ fn run_case(model: &HostModel, c: &Case, tag: &str) {
     );
     section(&mut input, &xb);
     let what = format!(
-        "{} M={m} K={k} group {:?} ub {:?} {:?} ties {}",
+        "{} M={m} K={k} group {:?} ub {:?} {:?} ties {} ({cut:?} cut)",
         c.dt, c.group, c.ub, c.fmt, c.ties
     );
     let raw = model
@@ -192,6 +219,14 @@ fn the_quantization_kernels_match_the_cpu_quantizer_bit_for_bit() {
         return;
     };
     for (i, c) in CASES.iter().enumerate() {
-        run_case(&model, c, &format!("case{i}"));
+        // Every cut of the group kernel on every group case (the deep one takes 16-bit input).
+        let cuts: &[GroupCut] = match (c.group, c.dt) {
+            (None, _) => &[GroupCut::Narrow],
+            (Some(_), DType::F32) => &[GroupCut::Narrow, GroupCut::Wide],
+            _ => &[GroupCut::Narrow, GroupCut::Wide, GroupCut::Deep],
+        };
+        for &cut in cuts {
+            run_case(&model, c, cut, &format!("case{i}-{cut:?}"));
+        }
     }
 }

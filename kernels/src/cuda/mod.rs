@@ -42,6 +42,10 @@ pub use gemm::{cublaslt_block, cublaslt_scaled, decode, hopper, marlin, portable
 /// model of the kernel's arithmetic. Not part of the API.
 #[doc(hidden)]
 pub mod testing {
+    /// How the group quantization kernel is cut and launched.
+    pub mod quant {
+        pub use crate::cuda::quant::{group_cut, group_launch, GroupCut, GroupLaunch};
+    }
     /// The Marlin kernel's CPU model and weight repack.
     pub mod marlin {
         pub use crate::cuda::gemm::marlin::emulate::emulate;

@@ -18,8 +18,8 @@ use fp8_linear_core::{DType, LayerConfig};
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{function, CudaError, Gpu, LoadStats};
 
-use super::skeleton::dtype::float_slot;
-use super::skeleton::launch::{blocks, launch, per_float, THREADS};
+use super::skeleton::dtype::{float_slot, FLOAT_NAMES};
+use super::skeleton::launch::{blocks, grid, launch, per_float, THREADS};
 use super::skeleton::scratch::Scratch;
 use super::sources;
 
@@ -74,11 +74,107 @@ pub enum ScaleOrder {
     ColMajorLd(usize),
 }
 
+/// The three cuts of the group quantization kernel (`quant_groups_cCuU` in `cu/quant.cu`):
+/// C chunks of 8 values per thread, U units per thread.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum GroupCut {
+    /// c1u1: 8 values per thread, the most threads (the fastest below about 2M elements).
+    Narrow,
+    /// c2u1: 16 values per thread, streamed loads (to about 40M elements).
+    Wide,
+    /// c2u2: 32 values per thread (above; 16-bit input only).
+    Deep,
+}
+
+impl GroupCut {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One launch of the group quantization kernel: its cut, threads per unit (log2), units per
+/// row, block size and grid.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct GroupLaunch {
+    /// The kernel.
+    pub cut: GroupCut,
+    /// log2 of the threads that share a span of columns.
+    pub lg_lanes: u32,
+    /// Threads per row.
+    pub units: usize,
+    /// Threads per block.
+    pub threads: u32,
+    /// Blocks: x over a row's units, y over rows (looped past 65535).
+    pub grid: (u32, u32, u32),
+}
+
+/// Elements below which the narrow cut is the fastest, and above which the deep one is
+/// (measured on the H200, bf16, K = 2048, 7168, 16384, M = 1..16384).
+const NARROW_BELOW: usize = 1 << 21;
+const DEEP_ABOVE: usize = 40 << 20;
+
+/// The cut of the group quantization for `[m, k]` of `dtype`: by size (the deep cut is
+/// for 16-bit input only).
+pub fn group_cut(m: usize, k: usize, dtype: DType) -> GroupCut {
+    let n = m.saturating_mul(k);
+    if n < NARROW_BELOW {
+        GroupCut::Narrow
+    } else if n <= DEEP_ABOVE || matches!(dtype, DType::F32) {
+        GroupCut::Wide
+    } else {
+        GroupCut::Deep
+    }
+}
+
+/// How to launch `cut` on `m` rows of `ldq` codes, groups of `group` columns (a power of two
+/// from 8 to 128): the threads per span of columns (G / 8 for one chunk per thread,
+/// max(G, 16) / 16 for two), the units (threads) per row covering ceil(ldq / span) spans, and
+/// the block of 1 to 8 warps that wastes the fewest threads (the most warps among equals).
+pub fn group_launch(
+    cut: GroupCut,
+    m: usize,
+    ldq: usize,
+    group: usize,
+) -> Result<GroupLaunch, CudaError> {
+    let (chunks, per_thread) = match cut {
+        GroupCut::Narrow => (1, 1),
+        GroupCut::Wide => (2, 1),
+        GroupCut::Deep => (2, 2),
+    };
+    let lanes = if chunks == 1 {
+        group / 8
+    } else {
+        group.max(16) / 16
+    };
+    let span = chunks * 8 * lanes;
+    let units = ldq.div_ceil(span) * lanes;
+    i32_of("units per row", units)?;
+    let (mut warps, mut waste) = (8usize, usize::MAX);
+    for w in (1..=8usize).rev() {
+        let per = w * 32 * per_thread;
+        let left = units.div_ceil(per) * per - units;
+        if left < waste {
+            (warps, waste) = (w, left);
+        }
+    }
+    let per_block = warps * 32 * per_thread;
+    let gx = u32::try_from(units.div_ceil(per_block))
+        .map_err(|_| CudaError::InvalidArgument("too many groups per row".into()))?;
+    Ok(GroupLaunch {
+        cut,
+        lg_lanes: lanes.trailing_zeros(),
+        units,
+        threads: (warps * 32) as u32,
+        grid: (gx, m.clamp(1, 65535) as u32, 1),
+    })
+}
+
 /// The quantization kernels, loaded on one GPU.
 pub struct ActQuant {
     gpu: Arc<Gpu>,
     _module: Arc<CudaModule>,
-    groups: [CudaFunction; 3],
+    /// Per cut (GroupCut::index), per input dtype; the deep cut has no f32 kernel.
+    groups: [[Option<CudaFunction>; 3]; 3],
     rows: [CudaFunction; 3],
     absmax: [CudaFunction; 3],
     tensor: [CudaFunction; 3],
@@ -128,7 +224,21 @@ impl ActQuant {
         let (module, stats) = gpu.module(&sources::quant_module())?;
         Ok(ActQuant {
             gpu: gpu.clone(),
-            groups: per_float(&module, "quant_groups", None)?,
+            groups: {
+                let all = |name: &str| -> Result<[Option<CudaFunction>; 3], CudaError> {
+                    Ok(per_float(&module, name, None)?.map(Some))
+                };
+                let [_, f16, bf16] = FLOAT_NAMES.map(|d| format!("quant_groups_c2u2_{d}"));
+                [
+                    all("quant_groups_c1u1")?,
+                    all("quant_groups_c2u1")?,
+                    [
+                        None,
+                        Some(function(&module, &f16)?),
+                        Some(function(&module, &bf16)?),
+                    ],
+                ]
+            },
             rows: per_float(&module, "quant_rows", None)?,
             absmax: per_float(&module, "absmax", None)?,
             tensor: per_float(&module, "quant_tensor", None)?,
@@ -180,12 +290,18 @@ impl ActQuant {
                 )))
             }
         };
-        let vec = vector_loads(x, dtype, k) as i32;
-        let threads = (m as u64) * groups as u64 * (g as u64 / 8);
-        let grid = u32::try_from(threads.div_ceil(THREADS as u64))
-            .map_err(|_| CudaError::InvalidArgument("too many groups".into()))?;
-        let (gi, ue) = (g as i32, grouping.ue8m0 as i32);
-        let mut b = self.gpu.stream().launch_builder(&self.groups[t]);
+        let shape = group_launch(group_cut(m, k, dtype), m, ldq, g)?;
+        let vec = vector_loads(x, dtype, k) as i32
+            | (((q.is_multiple_of(8) && ldq.is_multiple_of(8)) as i32) << 1);
+        let f = self.groups[shape.cut.index()][t].as_ref().ok_or_else(|| {
+            CudaError::InvalidArgument(format!(
+                "no {:?} group quantization kernel for {dtype:?}",
+                shape.cut
+            ))
+        })?;
+        let (gi, groups_i, units) = (g as i32, groups as i32, shape.units as i32);
+        let (lg, ue) = (shape.lg_lanes as i32, grouping.ue8m0 as i32);
+        let mut b = self.gpu.stream().launch_builder(f);
         b.arg(&x)
             .arg(&q)
             .arg(&s)
@@ -194,11 +310,15 @@ impl ActQuant {
             .arg(&ldqi)
             .arg(&s_row)
             .arg(&s_col)
-            .arg(&vec)
             .arg(&gi)
+            .arg(&groups_i)
+            .arg(&units)
+            .arg(&lg)
+            .arg(&vec)
             .arg(&ue);
-        // SAFETY: the caller vouches for the buffers; the arguments match `quant_groups`.
-        unsafe { launch(b, blocks((grid, 1, 1)), "quant_groups") }
+        // SAFETY: the caller vouches for the buffers; the arguments match `quant_groups`;
+        // the grid covers `units` threads per row and every row.
+        unsafe { launch(b, grid(shape.grid, shape.threads, 0), "quant_groups") }
     }
 
     /// Dynamic per-token quantization: one scale per row into `s` (`m` floats), clamped to
@@ -392,5 +512,52 @@ impl GroupQuantBuffers {
         // bytes and s rows * ceil(k / G) floats on the same GPU (groups checks ldk >= k).
         unsafe { quant.groups(x, dtype, (m, k), grouping, q, ldk, s, order)? };
         Ok((q, s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cut_follows_the_size_and_f32_never_goes_deep() {
+        assert_eq!(group_cut(512, 2048, DType::Bf16), GroupCut::Narrow);
+        assert_eq!(group_cut(128, 16384, DType::Bf16), GroupCut::Wide);
+        assert_eq!(group_cut(4096, 7168, DType::Bf16), GroupCut::Wide);
+        assert_eq!(group_cut(16384, 7168, DType::F16), GroupCut::Deep);
+        assert_eq!(group_cut(16384, 7168, DType::F32), GroupCut::Wide);
+        assert_eq!(group_cut(usize::MAX, 2, DType::Bf16), GroupCut::Deep);
+    }
+
+    #[test]
+    fn every_launch_covers_its_rows_without_an_empty_block() {
+        for cut in [GroupCut::Narrow, GroupCut::Wide, GroupCut::Deep] {
+            let (chunks, per_thread) = match cut {
+                GroupCut::Narrow => (1, 1),
+                GroupCut::Wide => (2, 1),
+                GroupCut::Deep => (2, 2),
+            };
+            for group in [8usize, 16, 32, 64, 128] {
+                for ldq in [16usize, 96, 128, 1008, 2048, 7168, 7184, 16384, 16400] {
+                    let l = group_launch(cut, 70_000, ldq, group).unwrap();
+                    let lanes = 1usize << l.lg_lanes;
+                    let span = chunks * 8 * lanes;
+                    assert!(span >= group.max(8 * chunks), "{cut:?} G={group}");
+                    assert!(l.units.is_multiple_of(lanes));
+                    assert!(l.units / lanes * span >= ldq, "{cut:?} G={group} ldq={ldq}");
+                    assert!(l.threads.is_multiple_of(32) && (32..=256).contains(&l.threads));
+                    let per_block = l.threads as usize * per_thread;
+                    assert!(l.grid.0 as usize * per_block >= l.units);
+                    assert!((l.grid.0 as usize - 1) * per_block < l.units);
+                    assert_eq!(l.grid.1, 65535, "rows past 65535 loop");
+                }
+            }
+        }
+        // K = 7168, 1x128 groups, the wide cut: 56 spans of 8 threads, 2 blocks of 7 warps.
+        let l = group_launch(GroupCut::Wide, 4096, 7168, 128).unwrap();
+        assert_eq!(
+            (l.lg_lanes, l.units, l.threads, l.grid),
+            (3, 448, 224, (2, 4096, 1))
+        );
     }
 }

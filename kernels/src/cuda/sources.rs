@@ -49,6 +49,11 @@ mod testing {
     pub const MARLIN_BODY: &str = cu!("marlin.cu");
 }
 
+/// `cu/ptx.cuh` then `cu/quant.cuh`: the device encoders and quantization helpers, for test
+/// kernels that check them on a GPU (tests/tests/gpu_quant.rs).
+#[doc(hidden)]
+pub const QUANT_HEADERS: &str = concat!(cu!("ptx.cuh"), "\n", cu!("quant.cuh"));
+
 /// The quantization module.
 pub fn quant_module() -> ModuleSpec {
     ModuleSpec::new("fp8_quant", module_source!(["quant.cuh"] "quant.cu"))
@@ -125,7 +130,7 @@ mod tests {
     fn device_encoder(x: f32) -> u8 {
         let sign = ((x.to_bits() >> 24) & 0x80) as u8;
         if x.is_nan() {
-            return 0x7f | sign;
+            return 0x7f;
         }
         let a = x.abs().min(448.0);
         let ax = a.to_bits();
@@ -146,6 +151,32 @@ mod tests {
                 fp8_linear_core::fp8::f32_to_e4m3(x),
                 "x = {x:e} ({bits:#x})"
             );
+        }
+    }
+
+    /// A port of the device's `div_by_scale`: q0 = x r, e = q0 s - x, q = q0 - e r.
+    fn device_division(x: f32, s: f32, r: f32) -> f32 {
+        let q0 = x * r;
+        let e = q0.mul_add(s, -x);
+        (-e).mul_add(r, q0)
+    }
+
+    /// A port of the device's `scale_from_amax_bits` for a finite absmax: the division by
+    /// 448 as `div_by_scale` with the correctly rounded 1 / 448.
+    fn device_scale(amax: f32) -> f32 {
+        device_division(amax.max(1e-10), 448.0, f32::from_bits(0x3b12_4925))
+    }
+
+    #[test]
+    fn device_reciprocal_of_448_is_correctly_rounded() {
+        assert_eq!(f32::from_bits(0x3b12_4925), 1.0 / 448.0);
+        // Every 97th finite absmax >= 1e-10 (the kernels' floor), both ends included.
+        for bits in (0x2edb_e6ffu32..0x7f80_0000)
+            .step_by(97)
+            .chain([0x7f7f_ffff])
+        {
+            let a = f32::from_bits(bits);
+            assert_eq!(device_scale(a), a.max(1e-10) / 448.0, "amax = {a:e}");
         }
     }
 
@@ -171,10 +202,9 @@ mod tests {
             } else {
                 (frac * 2.0 - 1.0) * amax
             };
-            let r = 1.0 / scale;
-            let q0 = x * r;
-            let q = ((-q0).mul_add(scale, x)).mul_add(r, q0);
-            let q = if q == 0.0 { 0f32.copysign(x) } else { q };
+            assert_eq!(device_scale(amax), scale, "amax = {amax:e}");
+            let q = device_division(x, scale, 1.0 / scale);
+            assert_eq!(q.is_sign_negative(), x.is_sign_negative(), "x = {x:e}");
             assert_eq!(
                 device_encoder(q),
                 fp8_linear_core::fp8::f32_to_e4m3(x / scale),

@@ -55,6 +55,26 @@ __device__ __forceinline__ u32 mul2(u32 a, u32 b) {
     return d;
 }
 
+// e4m3fn codes of two f32, round to nearest even, saturated to +-448: hi's code in bits
+// 8..15, lo's in bits 0..7 (sm_89 and newer: F2FP.SATFINITE.E4M3.F32.PACK_AB).
+__device__ __forceinline__ u32 cvt_e4m3x2(float hi, float lo) {
+    u16 r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// The unsigned maximum of each 16-bit half of a and b (one VIMNMX on sm_90, two halves
+// apart before).
+__device__ __forceinline__ u32 max_u16x2(u32 a, u32 b) {
+#if __CUDA_ARCH__ >= 900
+    u32 d;
+    asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+#else
+    return max(a & 0xffff0000u, b & 0xffff0000u) | max(a & 0xffffu, b & 0xffffu);
+#endif
+}
+
 // ---- addresses --------------------------------------------------------------------------
 // The shared-state-space address of a pointer into shared memory.
 __device__ __forceinline__ u32 smem_u32(const void* p) {

@@ -14,11 +14,11 @@
 #define SBK 128
 #endif
 
-// e4m3fn encoding: round to nearest even, saturate to +-448 (infinities too), NaN -> 0x7f with
-// the sign kept. Bit-identical to fp8_linear_core::fp8::f32_to_e4m3 (the hardware
-// cvt.rn.satfinite.e4m3x2.f32 is not used: it disagreed with RNE on rare inputs on sm_90).
-// Normal range: RNE to 3 mantissa bits as an integer add on the f32 bits, then rebias the
-// exponent (127 -> 7); below 2^-6 the spacing is 2^-9: round a * 512 (exact scaling).
+// e4m3fn encoding: round to nearest even, saturate to +-448 (infinities too), NaN -> 0x7f
+// whatever its sign (as the hardware conversion). Bit-identical to fp8_linear_core::fp8::f32_to_e4m3; the definition of the
+// encoding on the GPU, which e4m3x2 below replaces by the hardware conversion where there is
+// one. Normal range: RNE to 3 mantissa bits as an integer add on the f32 bits, then rebias
+// the exponent (127 -> 7); below 2^-6 the spacing is 2^-9: round a * 512 (exact scaling).
 __device__ __forceinline__ u32 f32_to_e4m3(float x) {
     // Branch-free (both roundings computed, then selected): lanes encoding different
     // ranges do not diverge, and a lane's eight encodings overlap.
@@ -28,18 +28,33 @@ __device__ __forceinline__ u32 f32_to_e4m3(float x) {
     const u32 small = (u32)__float2int_rn(a * 512.0f);
     const u32 normal = ((ax + 0x7ffffu + ((ax >> 20) & 1u)) >> 20) - (120u << 3);
     const u32 code = a < 0.015625f ? small : normal;
-    return x != x ? (0x7fu | sign) : (sign | code);
+    return x != x ? 0x7fu : (sign | code);
 }
 
+// The e4m3 codes of hi and lo, packed as hi << 8 | lo. On sm_89 and newer one hardware
+// conversion (cvt.rn.satfinite.e4m3x2.f32: round to nearest even, saturating), equal to
+// f32_to_e4m3 on every f32 (tests/tests/gpu_quant.rs runs all 2^32, NaNs included: 0x7f); before sm_89 and in the host models, f32_to_e4m3.
+__device__ __forceinline__ u32 e4m3x2(float hi, float lo) {
+#if defined(FP8_HOST_MODEL) || __CUDA_ARCH__ < 890
+    return (f32_to_e4m3(hi) << 8) | f32_to_e4m3(lo);
+#else
+    return cvt_e4m3x2(hi, lo);
+#endif
+}
+
+// The e4m3 code of one value.
+__device__ __forceinline__ u32 e4m3(float x) { return e4m3x2(0.0f, x) & 0xffu; }
+
 // x / s, correctly rounded, with r = __frcp_rn(s) computed once per scale: one Markstein
-// correction step (q0 = x r, e = x - q0 s exactly by FMA, q = q0 + e r) instead of the
-// division routine. Equal to IEEE x / s for every x whose quotient is not far below
-// 2^-100 (there the e4m3 code is 0 either way); zero keeps the sign of x.
+// correction step (q0 = x r, e = q0 s - x exactly by FMA, q = q0 - e r) instead of the
+// division routine: three FMA-pipe instructions. Equal to IEEE x / s for every x whose
+// quotient is not far below 2^-100 (there the e4m3 code is 0 either way). The residual is
+// taken as q0 s - x, not x - q0 s, so that q keeps the sign of x when it is zero: a zero
+// residual is +0 and q0 + (-0) is q0, either signed zero.
 __device__ __forceinline__ float div_by_scale(float x, float s, float r) {
     const float q0 = __fmul_rn(x, r);
-    const float e = fmaf(-q0, s, x);
-    const float q = fmaf(e, r, q0);
-    return q == 0.0f ? copysignf(0.0f, x) : q;
+    const float e = fmaf(q0, s, -x);
+    return fmaf(-e, r, q0);
 }
 
 // Input element loads for the three input dtypes (0 = f32, 1 = f16, 2 = bf16).
@@ -98,11 +113,13 @@ __device__ __forceinline__ u32 lane_group_max_u32(u32 v, int lanes) {
     return v;
 }
 
-// scale = max(absmax, 1e-10) / 448, NaN when the group held a NaN.
+// scale = max(absmax, 1e-10) / 448, NaN when the group held a NaN, infinity when it held
+// one. The division by 448 is div_by_scale with the correctly rounded 1 / 448: equal to
+// IEEE division on every finite absmax >= 1e-10 (all 1.35e9 of them checked on the CPU).
 __device__ __forceinline__ float scale_from_amax_bits(u32 amax_bits) {
-    float amax = __uint_as_float(amax_bits);
-    if (amax_bits > 0x7f800000u) return amax;
-    return fmaxf(amax, MIN_ABSMAX) / E4M3_MAX;
+    const float amax = __uint_as_float(amax_bits);
+    if (amax_bits >= 0x7f800000u) return amax;
+    return div_by_scale(fmaxf(amax, MIN_ABSMAX), E4M3_MAX, 0x1.24924ap-9f);
 }
 
 // The ue8m0 form of a positive scale: rounded up to a power of two, on the bits (as
@@ -118,6 +135,29 @@ __device__ __forceinline__ float ue8m0_ceil(float s) {
     return __uint_as_float(b);
 }
 
+// A group's scale from the f32 bits of its absmax: max(absmax, 1e-10) / 448 (NaN when the
+// group held one), rounded up to a power of two when `ue8m0`.
+__device__ __forceinline__ float group_scale_of(u32 amax_bits, int ue8m0) {
+    const float scale = scale_from_amax_bits(amax_bits);
+    return ue8m0 ? ue8m0_ceil(scale) : scale;
+}
+
+// The e4m3 codes of v[0..8] / scale (`rcp` = __frcp_rn(scale)), packed little-endian: 0-3
+// in lo, 4-7 in hi; codes past `valid` are 0.
+__device__ __forceinline__ void encode8(const float v[8], float scale, float rcp, int valid,
+                                        u32& lo, u32& hi) {
+    u32 p[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        p[j] = e4m3x2(div_by_scale(v[2 * j + 1], scale, rcp), div_by_scale(v[2 * j], scale, rcp));
+    lo = p[0] | (p[1] << 16);
+    hi = p[2] | (p[3] << 16);
+    if (valid < 8) {
+        lo &= valid >= 4 ? 0xffffffffu : (1u << (8 * valid)) - 1u;
+        hi &= valid <= 4 ? 0u : (1u << (8 * (valid - 4))) - 1u;
+    }
+}
+
 // Dynamic 1 x G group quantization of 8 values per lane, the group spread over `lanes`
 // aligned lanes (a power of two <= 32; every lane of the warp must call it): returns the
 // group's scale, max(absmax, 1e-10) / 448 (NaN when the group holds one; rounded up to a
@@ -130,17 +170,89 @@ __device__ __forceinline__ float quant_group8(const float v[8], int valid, int l
 #pragma unroll
     for (int j = 0; j < 8; ++j) m = max(m, abs_bits(v[j]));
     m = lane_group_max_u32(m, lanes);
-    float scale = scale_from_amax_bits(m);
-    if (ue8m0) scale = ue8m0_ceil(scale);
-    const float rcp = __frcp_rn(scale);
-    lo = 0;
-    hi = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const u32 c0 = f32_to_e4m3(div_by_scale(v[j], scale, rcp));
-        const u32 c1 = f32_to_e4m3(div_by_scale(v[j + 4], scale, rcp));
-        lo |= (j < valid ? c0 : 0u) << (8 * j);
-        hi |= (j + 4 < valid ? c1 : 0u) << (8 * j);
-    }
+    const float scale = group_scale_of(m, ue8m0);
+    encode8(v, scale, __frcp_rn(scale), valid, lo, hi);
     return scale;
 }
+
+// Eight consecutive input elements as the quantization kernel holds them: the raw words
+// (16-bit input: 4 words, two elements each, low half first; f32: 8 words), with the
+// reductions and conversions of its dtype.
+template <int T> struct Chunk8;
+template <> struct Chunk8<0> {
+    u32 w[8];
+    // Loads p[0..valid) (the rest 0): two 16-byte loads when `vec` and valid == 8 (streamed
+    // when STREAM, as for 16-bit input).
+    template <bool STREAM = false>
+    __device__ __forceinline__ void load(const float* p, bool vec, int valid) {
+        if (vec && valid == 8) {
+            const u8* pb = reinterpret_cast<const u8*>(p);
+            const uint4 a = STREAM ? ldg_stream(pb) : reinterpret_cast<const uint4*>(p)[0];
+            const uint4 b = STREAM ? ldg_stream(pb + 16) : reinterpret_cast<const uint4*>(p)[1];
+            w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+            w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) w[j] = j < valid ? __float_as_uint(p[j]) : 0u;
+        }
+    }
+    // The largest |x| bits (NaN above infinity), to be combined over lanes by `combine`.
+    __device__ __forceinline__ u32 partial_max() const {
+        u32 m = 0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) m = max(m, w[j] & 0x7fffffffu);
+        return m;
+    }
+    static __device__ __forceinline__ u32 combine(u32 a, u32 b) { return max(a, b); }
+    // The f32 bits of the absmax of a combined partial.
+    static __device__ __forceinline__ u32 amax_bits(u32 m) { return m; }
+    __device__ __forceinline__ void floats(float v[8]) const {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __uint_as_float(w[j]);
+    }
+};
+// bf16 (BF = 1) and f16 (BF = 0): the magnitude bits of both order as unsigned 16-bit
+// integers (NaN above infinity), so the absmax is a per-half unsigned maximum of the words.
+template <int BF> struct Chunk8x16 {
+    u32 w[4];
+    // Loads p[0..valid) (the rest 0): one 16-byte load when `vec` and valid == 8, streamed
+    // (ldg_stream: no L1 allocation, the 256 bytes around it prefetched into L2) when STREAM.
+    template <bool STREAM = false>
+    __device__ __forceinline__ void load(const u16* p, bool vec, int valid) {
+        if (vec && valid == 8) {
+            const uint4 a = STREAM ? ldg_stream(reinterpret_cast<const u8*>(p))
+                                   : *reinterpret_cast<const uint4*>(p);
+            w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const u32 l = 2 * j < valid ? (u32)p[2 * j] : 0u;
+                const u32 h = 2 * j + 1 < valid ? (u32)p[2 * j + 1] : 0u;
+                w[j] = l | (h << 16);
+            }
+        }
+    }
+    __device__ __forceinline__ u32 partial_max() const {
+        const u32 m = 0x7fff7fffu;
+        return max_u16x2(max_u16x2(w[0] & m, w[1] & m), max_u16x2(w[2] & m, w[3] & m));
+    }
+    static __device__ __forceinline__ u32 combine(u32 a, u32 b) { return max_u16x2(a, b); }
+    static __device__ __forceinline__ u32 amax_bits(u32 m) {
+        const u32 h = max(m & 0xffffu, m >> 16);
+        return BF ? h << 16 : __float_as_uint(f16_to_f32((u16)h));
+    }
+    __device__ __forceinline__ void floats(float v[8]) const {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (BF) {
+                v[2 * j] = __uint_as_float(w[j] << 16);
+                v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+            } else {
+                v[2 * j] = f16_to_f32((u16)(w[j] & 0xffffu));
+                v[2 * j + 1] = f16_to_f32((u16)(w[j] >> 16));
+            }
+        }
+    }
+};
+template <> struct Chunk8<1> : Chunk8x16<0> {};
+template <> struct Chunk8<2> : Chunk8x16<1> {};
