@@ -90,6 +90,15 @@ impl GroupCut {
     fn index(self) -> usize {
         self as usize
     }
+
+    /// (chunks of 8 values, units) per thread: C and U of `quant_groups_cCuU`.
+    pub fn per_thread(self) -> (usize, usize) {
+        match self {
+            GroupCut::Narrow => (1, 1),
+            GroupCut::Wide => (2, 1),
+            GroupCut::Deep => (2, 2),
+        }
+    }
 }
 
 /// One launch of the group quantization kernel: its cut, threads per unit (log2), units per
@@ -136,11 +145,7 @@ pub fn group_launch(
     ldq: usize,
     group: usize,
 ) -> Result<GroupLaunch, CudaError> {
-    let (chunks, per_thread) = match cut {
-        GroupCut::Narrow => (1, 1),
-        GroupCut::Wide => (2, 1),
-        GroupCut::Deep => (2, 2),
-    };
+    let (chunks, per_thread) = cut.per_thread();
     let lanes = if chunks == 1 {
         group / 8
     } else {
@@ -532,11 +537,7 @@ mod tests {
     #[test]
     fn every_launch_covers_its_rows_without_an_empty_block() {
         for cut in [GroupCut::Narrow, GroupCut::Wide, GroupCut::Deep] {
-            let (chunks, per_thread) = match cut {
-                GroupCut::Narrow => (1, 1),
-                GroupCut::Wide => (2, 1),
-                GroupCut::Deep => (2, 2),
-            };
+            let (chunks, per_thread) = cut.per_thread();
             for group in [8usize, 16, 32, 64, 128] {
                 for ldq in [16usize, 96, 128, 1008, 2048, 7168, 7184, 16384, 16400] {
                     let l = group_launch(cut, 70_000, ldq, group).unwrap();

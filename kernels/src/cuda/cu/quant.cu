@@ -24,10 +24,11 @@ __device__ __forceinline__ void store_codes8(u8* row, int c0, int ldq, bool vec,
 // a span is two groups, a's and b's. `units` threads per row cover the spans of ceil(ldq /
 // span) (codes K..ldq are zeroed). Block (x, y) takes U * blockDim.x consecutive units, in U
 // steps of blockDim.x, of the rows y, y + gridDim.y, ...: its C * U loads are issued before
-// the first is used, streamed (ldg_stream) when S. Scale of (row, g) at s[row * s_row + g * s_col]. `vec`: bit 0 16-byte
-// input loads (x 16-byte aligned, K a multiple of 8), bit 1 8-byte code stores (q 8-byte
-// aligned, ldq a multiple of 8). Every thread takes part in the shuffles; units past the
-// row's last only skip their loads and stores.
+// the first is used, streamed (ldg_stream) when S. Scale of (row, g) at
+// s[row * s_row + g * s_col]. `vec`: bit 0 16-byte input loads (x 16-byte aligned, K a
+// multiple of 8), bit 1 8-byte code stores (q 8-byte aligned, ldq a multiple of 8). Every
+// thread takes part in the shuffles; units past the row's last only skip their loads and
+// stores.
 template <int T, int C, int U, bool S>
 __device__ void quant_groups(const typename In<T>::E* __restrict__ x, u8* __restrict__ q,
                              float* __restrict__ s, int M, int K, int ldq, long long s_row,
@@ -141,13 +142,8 @@ __device__ void quant_tensor(const typename In<T>::E* __restrict__ x, u8* __rest
                              int M, int K, int ldq, const float* __restrict__ scale,
                              const u32* __restrict__ amax_bits, float* __restrict__ s_rows,
                              float* __restrict__ s_one, int ue8m0) {
-    float sc;
-    if (amax_bits != 0) {
-        sc = scale_from_amax_bits(*amax_bits);
-        if (ue8m0) sc = ue8m0_ceil(sc);
-    } else {
-        sc = *scale;  // static: `scale` is only given (non-null) then
-    }
+    // static: `scale` is only given (non-null) when amax_bits is null
+    const float sc = amax_bits != 0 ? group_scale_of(*amax_bits, ue8m0) : *scale;
     const float rcp = __frcp_rn(sc);
     for (int row = blockIdx.y; row < M; row += gridDim.y) {
         if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -165,13 +161,12 @@ __device__ void quant_tensor(const typename In<T>::E* __restrict__ x, u8* __rest
 // per thread, streamed loads when S. Measured on the H200 (bf16, K = 2048..16384): c1u1 is
 // the fastest below about 2M elements, c2u1 streamed to about 40M, c2u2 above (quant.rs
 // chooses).
-#define QUANT_GROUPS(T, NAME, C, U, S)                                                             \
-    extern "C" __global__ void __launch_bounds__(256, 6)                                        \
-        quant_groups_c##C##u##U##_##NAME(const In<T>::E* x, u8* q, float* s, int M, int K, int ldq,   \
-                                   long long s_row, long long s_col, int group, int groups,     \
-                                   int units, int lg_lanes, int vec, int ue8m0) {               \
-        quant_groups<T, C, U, S>(x, q, s, M, K, ldq, s_row, s_col, group, groups, units, lg_lanes,    \
-                           vec, ue8m0);                                                         \
+#define QUANT_GROUPS(T, NAME, C, U, S)                                                          \
+    extern "C" __global__ void __launch_bounds__(256, 6) quant_groups_c##C##u##U##_##NAME(      \
+        const In<T>::E* x, u8* q, float* s, int M, int K, int ldq, long long s_row,             \
+        long long s_col, int group, int groups, int units, int lg_lanes, int vec, int ue8m0) {  \
+        quant_groups<T, C, U, S>(x, q, s, M, K, ldq, s_row, s_col, group, groups, units,        \
+                                 lg_lanes, vec, ue8m0);                                         \
     }
 
 #define INSTANTIATE(T, NAME)                                                                    \

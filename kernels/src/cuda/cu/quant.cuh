@@ -200,7 +200,7 @@ template <> struct Chunk8<0> {
     __device__ __forceinline__ u32 partial_max() const {
         u32 m = 0;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) m = max(m, w[j] & 0x7fffffffu);
+        for (int j = 0; j < 8; ++j) m = max(m, abs_bits(__uint_as_float(w[j])));
         return m;
     }
     static __device__ __forceinline__ u32 combine(u32 a, u32 b) { return max(a, b); }
