@@ -100,10 +100,6 @@ pub const ENV_TILE_ROWS: &str = "FP8_LINEAR_TILE_ROWS";
 /// across a cluster (the Hopper kernel: 1 or 2).
 pub const ENV_CLUSTER: &str = "FP8_LINEAR_CLUSTER";
 
-/// Environment variable turning the activation quantization inside the GEMM on (`1`) or off
-/// (`0`), for kernels that can fuse it (the Hopper kernel, from 16-bit input).
-pub const ENV_FUSED_QUANT: &str = "FP8_LINEAR_FUSED_QUANT";
-
 /// Tuning knobs kernels read from their build context. `Default` is every kernel's own
 /// choice.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -123,11 +119,6 @@ pub struct KernelOptions {
     /// multicasts it; 1 never clusters); None is the kernel's default (the Hopper kernel: 1).
     /// A kernel that cannot use the size refuses to build, naming the sizes it has.
     pub cluster: Option<u16>,
-    /// Whether kernels that can quantize the activations inside their GEMM do (the Hopper
-    /// kernel, from f16 or bf16 input with K a multiple of 8: one launch instead of two, on
-    /// 64-row tiles): `Some(true)` at every M, `Some(false)` never; None is the kernel's
-    /// default (the Hopper kernel: up to the rows where it measured faster).
-    pub fused_quant: Option<bool>,
 }
 
 /// A bad value in an options environment variable.
@@ -148,8 +139,7 @@ impl KernelOptions {
         KernelOptions::default()
     }
 
-    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`], [`ENV_TILE_ROWS`], [`ENV_CLUSTER`] and
-    /// [`ENV_FUSED_QUANT`];
+    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`], [`ENV_TILE_ROWS`] and [`ENV_CLUSTER`];
     /// unset or empty variables keep the default, bad values are errors.
     pub fn from_env() -> Result<Self, OptionsError> {
         Self::from_vars(env)
@@ -186,7 +176,6 @@ impl KernelOptions {
                 1..=u16::MAX,
                 "a positive integer (the Hopper kernel has 1 and 2)",
             )?,
-            fused_quant: number(ENV_FUSED_QUANT, 0..=1, "0 (off) or 1 (on)")?.map(|v| v == 1),
             ..KernelOptions::default()
         };
         if let Some(v) = env(ENV_COMPILE_FOR) {
@@ -216,12 +205,6 @@ impl KernelOptions {
     /// Fixes the thread-block cluster size (for kernels that share tiles across one).
     pub fn cluster(mut self, ctas: u16) -> Self {
         self.cluster = Some(ctas);
-        self
-    }
-
-    /// Turns the activation quantization inside the GEMM on or off (for kernels that can).
-    pub fn fused_quant(mut self, on: bool) -> Self {
-        self.fused_quant = Some(on);
         self
     }
 
@@ -305,7 +288,6 @@ mod tests {
             (ENV_MAX_SPLITS, "4"),
             (ENV_TILE_ROWS, "256"),
             (ENV_CLUSTER, "2"),
-            (ENV_FUSED_QUANT, "0"),
         ])
         .unwrap();
         assert_eq!(
@@ -314,7 +296,6 @@ mod tests {
                 .max_splits(4)
                 .tile_rows(256)
                 .cluster(2)
-                .fused_quant(false)
         );
         for (var, value) in [
             (ENV_MAX_SPLITS, "0"),
@@ -323,8 +304,6 @@ mod tests {
             (ENV_TILE_ROWS, "tall"),
             (ENV_CLUSTER, "0"),
             (ENV_CLUSTER, "pair"),
-            (ENV_FUSED_QUANT, "2"),
-            (ENV_FUSED_QUANT, "yes"),
             (ENV_COMPILE_FOR, "sm_x"),
         ] {
             let e = parse(&[(var, value)]).unwrap_err();

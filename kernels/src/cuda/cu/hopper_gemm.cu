@@ -19,12 +19,6 @@
 // are masked. With more than one K split (tiles of at most 128 rows), split s stores its
 // partial sums to ws[s][M][N] (every valid element of its tile) and `hopper_finalize_*`
 // sums the splits in order (deterministic).
-//
-// Fused variants (`hopper_gemm_bm64q16_*` for f16 input, `_bm64qb16_*` for bf16; 64-row tiles, one math warpgroup): A is the 16-bit
-// input itself, [M, K] f16 or bf16 through tensor map `tx` (bytes, two boxes of 128 bytes x 64
-// rows per K tile), and the math warpgroup quantizes each K tile it consumes (1 x SBK
-// groups, the quantization kernel's arithmetic: the same codes and scales) into one of two
-// shared fp8 A buffers before its first MMA, so a call is one launch.
 
 #define BN 128
 #define BK 128
@@ -103,21 +97,6 @@ __device__ __forceinline__ void wgmma_m64n128k32(float* d, u64 da, u64 db, int a
         : "l"(da), "l"(db), "r"(acc));
 }
 
-// d = A[64 x 32] * B[128 x 32]^T, d written only: the accumulators' old values are dead
-// before it, so they hold no registers while earlier work runs (the fused variant's
-// quantization runs there).
-__device__ __forceinline__ void wgmma_m64n128k32_first(float* d, u64 da, u64 db) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n"
-        "}\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
-        : "l"(da), "l"(db), "r"(0));
-}
-
 // ---- the kernel -----------------------------------------------------------------------
 // Work unit u -> (n block, m block, split): units sharing a weight tile are adjacent, so
 // CTAs running at the same time read each weight tile from HBM about once. With clusters of
@@ -168,73 +147,8 @@ template <int BM> struct Sc {
     static constexpr u32 BYTES = (FLOATS * 4 + 15) & ~15u;
 };
 
-// ---- fused activation quantization --------------------------------------------------
-// The 128 threads of the fused variant's one math warpgroup (named barrier 1; 0 is
-// __syncthreads).
-__device__ __forceinline__ void math_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
-
-// Math warpgroup `mw` quantizes the rows of its 64 that exist (`rows`: the tile's rows below
-// M) of one K tile: `raw` holds the tile's 16-bit input as two TMA boxes of BM rows x 128
-// bytes (64 values, 128-byte swizzle: 16-byte chunk j of row r at position j ^ (r % 8)),
-// zero past K; the e4m3 codes go to the fp8 tile at `dst` in the layout TMA gives the
-// unfused kernel (BM rows x 128 bytes, the same swizzle), the 1 x SBK group scales to `sa`
-// (SUBS x BM floats, rows fastest: the stage's activation scales). Rows past M are left as
-// they are: their outputs are never stored. A half-warp takes a row (lane l: chunk l % 16,
-// 8 values; a group's SBK / 8 lanes reduce its absmax by shuffles within the half-warp),
-// each warp 16 rows in 8 steps, in (up to) two batches of 4 whose loads, reductions and
-// encodings are interleaved (the shared-memory pointers are plain C++ so the compiler may overlap
-// them). The arithmetic is `quant_groups`' (quant.cu), so codes and scales are the
-// quantization kernel's; zeros past K leave a group's absmax as it is. BF: bf16 input, else
-// f16.
-template <int BM, int BF>
-__device__ __forceinline__ void quant_a_tile(const u8* raw, u8* dst, float* sa, int mw, int rows,
-                                             int ue8m0) {
-    constexpr int LANES = SBK / 8, B = 4;
-    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, half = lane / 16;
-    const int c = lane % 16, sub = c / LANES;
-    const u32 mask = 0xffffu << (16 * half);
-    // This half-warp's steps whose row exists: j < nj.
-    const int nj = min(8, max(0, (rows - mw * 64 - warp * 16 - half + 1) / 2));
-#pragma unroll 1
-    for (int j0 = 0; j0 < nj; j0 += B) {
-        Chunk8x16<BF> ch[B];
-        u32 m[B];
-#pragma unroll
-        for (int b = 0; b < B; ++b) {
-            const int r = mw * 64 + warp * 16 + 2 * (j0 + b) + half;
-            const uint4 w = *reinterpret_cast<const uint4*>(
-                raw + (c / 8) * (BM * 128) + r * 128 + (((c % 8) ^ (r & 7)) * 16));
-            ch[b].w[0] = w.x;
-            ch[b].w[1] = w.y;
-            ch[b].w[2] = w.z;
-            ch[b].w[3] = w.w;
-            m[b] = ch[b].partial_max();
-        }
-#pragma unroll
-        for (int o = LANES / 2; o > 0; o >>= 1)
-#pragma unroll
-            for (int b = 0; b < B; ++b)
-                if (j0 + b < nj)
-                    m[b] = Chunk8x16<BF>::combine(m[b], __shfl_xor_sync(mask, m[b], o));
-#pragma unroll
-        for (int b = 0; b < B; ++b) {
-            if (j0 + b >= nj) break;
-            const int r = mw * 64 + warp * 16 + 2 * (j0 + b) + half;
-            const float scale = group_scale_of(Chunk8x16<BF>::amax_bits(m[b]), ue8m0);
-            float v[8];
-            ch[b].floats(v);
-            u32 lo, hi;
-            encode8(v, scale, __frcp_rn(scale), 8, lo, hi);
-            *reinterpret_cast<uint2*>(dst + r * 128 + (((c / 2) ^ (r & 7)) * 16) + (c & 1) * 8) =
-                make_uint2(lo, hi);
-            if (c % LANES == 0) sa[sub * BM + r] = scale;
-        }
-    }
-}
-
 // The scale warp: for every stage the TMA thread fills, the same stage's scales.
-// FUSED: the weight scales only (the math warpgroups write the activation scales).
-template <int BM, int STAGES, int FUSED>
+template <int BM, int STAGES>
 __device__ __forceinline__ void stage_scales(const float* __restrict__ As,
                                              const float* __restrict__ Bs, u32 ssc, u32 bars,
                                              int M, int Kbs, int nbs, const Sched& sc,
@@ -252,7 +166,7 @@ __device__ __forceinline__ void stage_scales(const float* __restrict__ As,
                 const int kbs = kb * SUBS + sub;
                 const bool ok = kbs < Kbs;
 #pragma unroll 1
-                for (int i = lane; i < (FUSED ? 0 : BM); i += 32) {
+                for (int i = lane; i < BM; i += 32) {
                     const bool v = ok && w.m0 + i < M;
                     cp_async4(dst + 4 * (sub * BM + i), v ? As + (long long)kbs * M + w.m0 + i : As,
                               v ? 4u : 0u);
@@ -312,19 +226,13 @@ __device__ __forceinline__ void store_tile(float* __restrict__ p, const float (&
     }
 }
 // The math warpgroups' side of `hopper_gemm` (warpgroup `threadIdx.x / 128`, 1 to NWG).
-// FUSED (1: f16 input, 2: bf16): stage s holds the raw 16-bit A tile at sa + s * 2 A_BYTES,
-// quantized into the fp8 tile abuf + (i % 2) A_BYTES (i: the stage sequence number) before
-// the K tile's first MMA; `qflags` 1 for ue8m0 scales.
-template <int NWG, int WAVES, int STAGES, int OUT, int CL, int FUSED>
-__device__ __forceinline__ void math(u32 sa, u32 sb, float* scg, u32 bars, const Sched& sc,
+template <int NWG, int WAVES, int STAGES, int OUT, int CL>
+__device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars, const Sched& sc,
                                      void* __restrict__ out, float* __restrict__ ws,
-                                     const float* __restrict__ bias, int M, int N, bool split,
-                                     u32 abuf, int qflags) {
+                                     const float* __restrict__ bias, int M, int N, bool split) {
     constexpr int BM = 64 * NWG * WAVES;
     constexpr bool PIPE = WAVES == 1 && NWG <= 2;
     constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
-    constexpr u32 STAGE_A = FUSED ? 2 * A_BYTES : A_BYTES;
-    static_assert(!FUSED || PIPE, "the fused variant runs the pipelined math");
     const int wg = threadIdx.x / 128;
 
     // Math warpgroups.
@@ -385,32 +293,13 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, float* scg, u32 bars, const
             auto issue = [&](u32 i, int sub, float(&d)[64]) {
                 const u32 s = i % STAGES;
                 if (sub == 0) mbar_wait(bars + 8 * s, (i / STAGES) & 1);
-                u32 a_tile = sa + s * A_BYTES;
-                if constexpr (FUSED) {
-                    a_tile = abuf + (i & 1) * A_BYTES;
-                    if (sub == 0) {
-                        // Every warp has waited for the MMAs of K tile i - 2, which read this
-                        // buffer; after the quantization, its stores are made visible to the
-                        // MMAs (the async proxy) before any warp issues them.
-                        math_sync();
-                        const u8* raw = (const u8*)__cvta_shared_to_generic(sa + s * STAGE_A);
-                        u8* dst = (u8*)__cvta_shared_to_generic(a_tile);
-                        float* scales = scg + s * (Sc<BM>::BYTES / 4);
-                        quant_a_tile<BM, FUSED == 2>(raw, dst, scales, mw, M - w.m0, qflags);
-                        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                        math_sync();
-                    }
-                }
-                const u64 da = wgmma_desc(a_tile + 64 * mw * BK);
+                const u64 da = wgmma_desc(sa + s * A_BYTES + 64 * mw * BK);
                 const u64 db = wgmma_desc(sb + s * B_BYTES);
                 wgmma_fence();
 #pragma unroll
                 for (int jj = 0; jj < SBK / 32; ++jj) {
                     const int kk = sub * (SBK / 32) + jj;
-                    if (FUSED && jj == 0)
-                        wgmma_m64n128k32_first(d, da + 2 * kk, db + 2 * kk);
-                    else
-                        wgmma_m64n128k32(d, da + 2 * kk, db + 2 * kk, jj);
+                    wgmma_m64n128k32(d, da + 2 * kk, db + 2 * kk, jj);
                 }
                 wgmma_commit();
             };
@@ -530,30 +419,23 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, float* scg, u32 bars, const
 // other set, is waited for and promoted, so the tensor cores run while the warpgroup
 // promotes. Otherwise each scale block's MMAs are waited for before its promotion (the
 // other warpgroups' MMAs fill part of that wait).
-//
-// FUSED (one math warpgroup): `ta` maps the 16-bit input as bytes; the shared memory starts
-// with the two fp8 A tiles the math warpgroup quantizes into, and each stage holds the raw
-// tile (two boxes of BM rows x 128 bytes) in place of the fp8 one. As is unused.
-template <int NWG, int WAVES, int STAGES, int OUT, int CL, int FUSED>
+template <int NWG, int WAVES, int STAGES, int OUT, int CL>
 __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb,
                                             const float* __restrict__ As,
                                             const float* __restrict__ Bs, void* __restrict__ out,
                                             float* __restrict__ ws,
                                             const float* __restrict__ bias, int M, int N, int K,
-                                            int kbps, int splits, int qflags) {
+                                            int kbps, int splits) {
     constexpr int BM = 64 * NWG * WAVES;
     constexpr bool PIPE = WAVES == 1 && NWG <= 2;
     constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
-    constexpr u32 STAGE_A = FUSED ? 2 * A_BYTES : A_BYTES;
-    static_assert(!FUSED || (NWG == 1 && CL == 1), "the fused variant has one math warpgroup");
     extern __shared__ u8 smem_raw[];
     const u32 raw = smem_u32(smem_raw);
     const u32 base = (raw + 1023u) & ~1023u;
-    const u32 abuf = base;
-    const u32 sa = base + (FUSED ? 2 * A_BYTES : 0), sb = sa + STAGES * STAGE_A;
+    const u32 sa = base, sb = base + STAGES * A_BYTES;
     const u32 ssc = sb + STAGES * B_BYTES;
     const u32 bars = ssc + STAGES * Sc<BM>::BYTES;  // full[STAGES], then empty[STAGES]
-    float* scg = reinterpret_cast<float*>(smem_raw + (ssc - raw));
+    const float* scg = reinterpret_cast<const float*>(smem_raw + (ssc - raw));
     const int Kb = (K + BK - 1) / BK;
     const int Kbs = (K + SBK - 1) / SBK, nbs = (N + SBN - 1) / SBN;
     const int num_m = (M + BM - 1) / BM, num_n = (N + BN - 1) / BN;
@@ -598,15 +480,8 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
                     const u32 s = it % STAGES, ph = (it / STAGES) & 1;
                     mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
                     const u32 full = bars + 8 * s;
-                    mbar_expect_tx(full, STAGE_A + B_BYTES);
-                    if constexpr (FUSED) {
-                        // The K tile's 2 x 128 bytes of 16-bit values, as two boxes.
-                        tma_load_2d(sa + s * STAGE_A, ta, full, kb * 2 * BK, w.m0);
-                        tma_load_2d(sa + s * STAGE_A + BM * 128, ta, full, kb * 2 * BK + 128,
-                                    w.m0);
-                    } else {
-                        tma_load_2d(sa + s * A_BYTES, ta, full, kb * BK, w.m0);
-                    }
+                    mbar_expect_tx(full, A_BYTES + B_BYTES);
+                    tma_load_2d(sa + s * A_BYTES, ta, full, kb * BK, w.m0);
                     if constexpr (CL == 1) {
                         tma_load_2d(sb + s * B_BYTES, tb, full, kb * BK, w.nb * BN);
                     } else {
@@ -619,34 +494,28 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
                 }
             }
         } else if (threadIdx.x / 32 == 1) {
-            stage_scales<BM, STAGES, FUSED>(As, Bs, ssc, bars, M, Kbs, nbs, sc, threadIdx.x % 32);
+            stage_scales<BM, STAGES>(As, Bs, ssc, bars, M, Kbs, nbs, sc, threadIdx.x % 32);
         }
     } else {
-        math<NWG, WAVES, STAGES, OUT, CL, FUSED>(sa, sb, scg, bars, sc, out, ws, bias, M, N,
-                                                 splits > 1, abuf, qflags);
+        math<NWG, WAVES, STAGES, OUT, CL>(sa, sb, scg, bars, sc, out, ws, bias, M, N, splits > 1);
     }
     // No CTA leaves while a peer may still multicast into it or arrive on its barriers.
     if constexpr (CL > 1) cluster_sync();
 }
 
-// `qflags` is read by the fused variants only (1: ue8m0 activation scales).
-#define HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, CL, FUSED, ATTR)                         \
+#define HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, CL, ATTR)                               \
     extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) ATTR                        \
         NAME(const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb,             \
              const float* As, const float* Bs, void* out, float* ws, const float* bias, int M,   \
-             int N, int K, int kbps, int splits, int qflags) {                                   \
-        hopper_gemm<NWG, WAVES, STAGES, OUT, CL, FUSED>(&ta, &tb, As, Bs, out, ws, bias, M, N,  \
-                                                        K, kbps, splits, qflags);                \
+             int N, int K, int kbps, int splits) {                                               \
+        hopper_gemm<NWG, WAVES, STAGES, OUT, CL>(&ta, &tb, As, Bs, out, ws, bias, M, N, K, kbps, \
+                                                 splits);                                        \
     }
-#define HOPPER_KERNEL(NAME, NWG, WAVES, STAGES, OUT) \
-    HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, 1, 0, )
-// The fused variant: 64-row tiles quantized from the 16-bit input (IN 1: f16, 2: bf16) in
-// the kernel.
-#define HOPPER_KERNEL_Q(NAME, STAGES, IN, OUT) HOPPER_KERNEL_AT(NAME, 1, 1, STAGES, OUT, 1, IN, )
+#define HOPPER_KERNEL(NAME, NWG, WAVES, STAGES, OUT) HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, 1, )
 // Clusters of two CTAs along M sharing (multicasting) the weight tile: the launch needs a
 // grid of an even size and `tb` with boxes of 64 rows.
 #define HOPPER_KERNEL_C2(NAME, NWG, WAVES, STAGES, OUT)                                           \
-    HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, 2, 0, __cluster_dims__(2, 1, 1))
+    HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, 2, __cluster_dims__(2, 1, 1))
 
 // BM = 64: one math warpgroup, 24 KiB stages; BM = 128: two, 32 KiB stages; BM = 192: three
 // (160 registers each), 40 KiB stages; BM = 256: two warpgroups of two waves each, 48 KiB
@@ -655,14 +524,6 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
 HOPPER_KERNEL(hopper_gemm_bm64_f32, 1, 1, 8, 0)
 HOPPER_KERNEL(hopper_gemm_bm64_f16, 1, 1, 8, 1)
 HOPPER_KERNEL(hopper_gemm_bm64_bf16, 1, 1, 8, 2)
-// BM = 64 fused, f16 (q16) or bf16 (qb16) input: 6 stages of 32 KiB (raw A and B) after
-// two 8 KiB fp8 A tiles.
-HOPPER_KERNEL_Q(hopper_gemm_bm64q16_f32, 6, 1, 0)
-HOPPER_KERNEL_Q(hopper_gemm_bm64q16_f16, 6, 1, 1)
-HOPPER_KERNEL_Q(hopper_gemm_bm64q16_bf16, 6, 1, 2)
-HOPPER_KERNEL_Q(hopper_gemm_bm64qb16_f32, 6, 2, 0)
-HOPPER_KERNEL_Q(hopper_gemm_bm64qb16_f16, 6, 2, 1)
-HOPPER_KERNEL_Q(hopper_gemm_bm64qb16_bf16, 6, 2, 2)
 HOPPER_KERNEL(hopper_gemm_bm128_f32, 2, 1, 6, 0)
 HOPPER_KERNEL(hopper_gemm_bm128_f16, 2, 1, 6, 1)
 HOPPER_KERNEL(hopper_gemm_bm128_bf16, 2, 1, 6, 2)

@@ -10,12 +10,7 @@
 //! Split-K when the tiles do not fill the GPU (each split stores its partial tile to an f32
 //! workspace, an epilogue kernel sums them in order). On request
 //! ([`KernelOptions::cluster`](fp8_linear_core::KernelOptions)), clusters of two CTAs along M
-//! that load each weight tile once, half each, multicast to both. At small M (up to
-//! [`FUSED_MAX_M`] rows, or as [`KernelOptions::fused_quant`](fp8_linear_core::KernelOptions)
-//! says) with f16 or bf16 input, a fused variant on 64-row tiles loads the 16-bit
-//! activations by TMA and quantizes each K tile in its math warpgroup before the MMAs (the
-//! quantization kernel's arithmetic: the same codes and scales, so the same output bit for
-//! bit), one launch instead of two.
+//! that load each weight tile once, half each, multicast to both.
 //! Source: `cu/hopper_gemm.cu`.
 
 use std::sync::Arc;
@@ -54,14 +49,7 @@ pub struct HopperBlockFp8 {
     tile_rows: Option<usize>,
     /// A fixed cluster size, 1 or 2 (the build options' `cluster`); None chooses per call.
     cluster: Option<usize>,
-    /// Quantization inside the GEMM (the build options' `fused_quant`): always, never, or
-    /// None, up to [`FUSED_MAX_M`] rows.
-    fused_quant: Option<bool>,
 }
-
-/// The most rows the Hopper kernel quantizes inside its GEMM by default (f16 or bf16 input,
-/// K a multiple of 8, a 16-byte aligned input).
-pub const FUSED_MAX_M: usize = 128;
 
 /// One tile height and cluster size: BM rows per CTA, its pipeline depth and kernels.
 struct Variant {
@@ -70,17 +58,12 @@ struct Variant {
     cluster: usize,
     /// Math warpgroups (the CTA has one more, the producer).
     math_wgs: u32,
-    /// The fused variants: A is the 16-bit input (1: f16, 2: bf16), quantized in the kernel;
-    /// 0 unfused.
-    fused: u8,
     smem: u32,
     gemm: [CudaFunction; 3],
 }
 
-/// (BM, cluster size, math warpgroups, pipeline stages, fused input, kernel tag): BM 64 (one
-/// math warpgroup, 8 stages of 24 KiB of tiles), BM 64 fused for f16 (1) and bf16 (2) input
-/// (6 stages of 32 KiB: the 16-bit A tile and B; two 8 KiB fp8 A tiles that the math
-/// warpgroup quantizes into), BM 128 (two, 6 stages of 32 KiB), BM 192
+/// (BM, cluster size, math warpgroups, pipeline stages, kernel tag): BM 64 (one math
+/// warpgroup, 8 stages of 24 KiB of tiles), BM 128 (two, 6 stages of 32 KiB), BM 192
 /// (three, 5 stages of 40 KiB, 160 registers per math thread; never split), BM 256 (two
 /// warpgroups of two 64-row waves each, 4 stages of 48 KiB; never split), and BM 128 and 256
 /// in clusters of two CTAs sharing the weight tile (multicast: each CTA loads half of it for
@@ -89,15 +72,13 @@ struct Variant {
 /// (48 % of L2 throughput against 56 %, 4096x7168 at M = 4096) but not its time (within
 /// 2 %): every variant takes in about 28 bytes of tiles per SM-cycle, which multicast
 /// leaves as it is (BENCHMARKS.md, "Hopper kernel, issue 12").
-const VARIANTS: [(usize, usize, u32, u32, u8, &str); 8] = [
-    (64, 1, 1, 8, 0, "bm64"),
-    (64, 1, 1, 6, 1, "bm64q16"),
-    (64, 1, 1, 6, 2, "bm64qb16"),
-    (128, 1, 2, 6, 0, "bm128"),
-    (128, 2, 2, 6, 0, "bm128c2"),
-    (192, 1, 3, 5, 0, "bm192"),
-    (256, 1, 2, 4, 0, "bm256"),
-    (256, 2, 2, 4, 0, "bm256c2"),
+const VARIANTS: [(usize, usize, u32, u32, &str); 6] = [
+    (64, 1, 1, 8, "bm64"),
+    (128, 1, 2, 6, "bm128"),
+    (128, 2, 2, 6, "bm128c2"),
+    (192, 1, 3, 5, "bm192"),
+    (256, 1, 2, 4, "bm256"),
+    (256, 2, 2, 4, "bm256c2"),
 ];
 
 /// Dynamic shared memory of a variant of `bm` rows and `stages` stages for weight blocks
@@ -105,17 +86,11 @@ const VARIANTS: [(usize, usize, u32, u32, u8, &str); 8] = [
 /// stage (for each of the 128 / C scale blocks of a K tile, `bm` activation scales and
 /// 128 / R weight scales, f32, rounded up to 16 bytes) and two mbarriers; 1 KiB covers the
 /// 1024-byte alignment of the swizzled tiles (`Sc` and the stage layout in the source).
-/// `fused`: the stage's A tile is 16-bit (twice the bytes), after two fp8 A tiles.
-fn smem_bytes(bm: usize, stages: u32, block: (usize, usize), fused: bool) -> u32 {
+fn smem_bytes(bm: usize, stages: u32, block: (usize, usize)) -> u32 {
     let subs = 128 / block.1;
     let scales = (subs * (bm + 128 / block.0) * 4).div_ceil(16) * 16;
-    let (a, fp8_tiles) = if fused {
-        (2 * bm * 128, 2 * bm * 128)
-    } else {
-        (bm * 128, 0)
-    };
-    let stage = a + 128 * 128 + scales + 16;
-    (1024 + fp8_tiles) as u32 + stages * stage as u32
+    let stage = bm * 128 + 128 * 128 + scales + 16;
+    1024 + stages * stage as u32
 }
 
 /// Whether the tall tiles (192 and 256 rows) exist for weight blocks `block` (rows along N,
@@ -139,14 +114,8 @@ struct State {
     finalize: [CudaFunction; 3],
     /// Split-K partial sums, `splits * m * n` floats.
     ws: Scratch<f32>,
-    /// Last activation tensor map: (codes address, or the input's for the fused variant,
-    /// M, BM, fused) -> map.
-    ta: Option<((u64, usize, usize, bool), TensorMap)>,
-    /// Whether the layer can run a fused variant: f16 (1) or bf16 (2) input, K a multiple
-    /// of 8 (TMA's 16-byte row stride); 0 where it cannot.
-    fusable: u8,
-    /// The fused variants' `qflags` argument: 1 for ue8m0 activation scales.
-    qflags: i32,
+    /// Last activation tensor map: (codes address, M, BM) -> map.
+    ta: Option<((u64, usize, usize), TensorMap)>,
 }
 
 impl HopperBlockFp8 {
@@ -155,8 +124,7 @@ impl HopperBlockFp8 {
     ///
     /// A `tile_rows` option other than 64, 128, 192 or 256 (192 and 256 need weight blocks of
     /// at least 64 columns along K) is [`KernelError::Backend`] naming the heights it has; so
-    /// is a `cluster` option other than 1 or 2. `fused_quant` applies to layers with f16 or
-    /// bf16 input and K a multiple of 8 (others always quantize in a kernel of their own).
+    /// is a `cluster` option other than 1 or 2.
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         let tile_rows = ctx.options().tile_rows.map(usize::from);
         let cluster = ctx.options().cluster.map(usize::from);
@@ -191,7 +159,6 @@ impl HopperBlockFp8 {
                 .clamp(1, 16),
             tile_rows,
             cluster,
-            fused_quant: ctx.options().fused_quant,
         })
     }
 }
@@ -277,8 +244,8 @@ fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
     let variants = VARIANTS
         .iter()
         .filter(|v| v.0 <= 128 || has_tall_tile(block))
-        .map(|&(bm, cluster, math_wgs, stages, fused, tag)| {
-            let smem = smem_bytes(bm, stages, block, fused != 0);
+        .map(|&(bm, cluster, math_wgs, stages, tag)| {
+            let smem = smem_bytes(bm, stages, block);
             if smem > optin {
                 return Err(KernelError::backend(
                     NAME,
@@ -291,7 +258,6 @@ fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
                 bm,
                 cluster,
                 math_wgs,
-                fused,
                 smem,
                 gemm,
             })
@@ -325,12 +291,6 @@ impl Fp8Kernel for HopperBlockFp8 {
         let w = (weights, l.shared.as_ref());
         let block = BlockLayer::load(NAME, gpu, config, w, ROWS_16_ROW_MAJOR, act)?;
         let (module, variants, finalize) = load(gpu, weight_block(config))?;
-        let fusable = match config.input_dtype {
-            _ if !config.k.is_multiple_of(8) => 0,
-            fp8_linear_core::DType::F16 => 1,
-            fp8_linear_core::DType::Bf16 => 2,
-            _ => 0,
-        };
         let w = &block.weights.w;
         let tb = TensorMap::e4m3_2d(w.codes.ptr(), config.n, w.ldk, w.ldk, 128, 128)
             .map_err(be(NAME))?;
@@ -345,23 +305,16 @@ impl Fp8Kernel for HopperBlockFp8 {
             finalize,
             ws: Scratch::default(),
             ta: None,
-            fusable,
-            qflags: crate::cuda::quant::ue8m0_activations(config) as i32,
         });
         Ok(())
     }
 
-    skeleton_calls!(layer, |k| (
-        k.max_splits,
-        k.tile_rows,
-        k.cluster,
-        k.fused_quant
-    ));
+    skeleton_calls!(layer, |k| (k.max_splits, k.tile_rows, k.cluster));
 }
 
 impl Recipe for State {
-    /// (max splits, tile rows, cluster size, fused quantization).
-    type Knobs = Knobs;
+    /// (max splits, tile rows, cluster size).
+    type Knobs = (usize, Option<usize>, Option<usize>);
     type Plan = Plan;
     /// The split-K workspace's address (0 without a split).
     type Scratch = u64;
@@ -398,32 +351,18 @@ impl Recipe for State {
     fn enqueue(&mut self, call: Call<'_>, p: Plan, ws: u64, io: Io) -> Result<(), KernelError> {
         let (c, gpu) = (call.c, call.gpu);
         let (m, st) = (io.0, self);
+        let call = st.block.quantize(NAME, c, gpu, io)?;
         let (n, k) = (c.n, c.k);
         let ldk = st.block.weights.w.ldk;
-        // The fused variant where the plan has it and TMA can read the input (16-byte
-        // aligned); else quantize first and run the unfused one.
-        let fused = p.fused.filter(|_| io.1.ptr.is_multiple_of(16));
-        let (vi, a, a_s, out, qflags) = match fused {
-            Some(vi) => (vi, io.1.ptr, 0u64, io.2.ptr, st.qflags),
-            None => {
-                let q = st.block.quantize(NAME, c, gpu, io)?;
-                (p.variant, q.codes, q.scales, q.out, 0)
-            }
-        };
-        let v = &st.variants[vi];
-        let key = (a, m, v.bm, v.fused != 0);
+        let (q, a_s, out) = (call.codes, call.scales, call.out);
+        let v = &st.variants[p.variant];
+        let key = (q, m, v.bm);
         let ta = match &st.ta {
             Some((k0, map)) if *k0 == key => *map,
             _ => {
                 // Host-only encoding (no driver work on the stream): fine during a capture,
-                // whose kernel node keeps the map by value. Fused: the 16-bit input as bytes,
-                // boxes of 64 rows x 128 bytes (two per K tile).
-                let map = if v.fused != 0 {
-                    TensorMap::e4m3_2d(a, m, 2 * k, 2 * k, v.bm as u32, 128)
-                } else {
-                    TensorMap::e4m3_2d(a, m, ldk, ldk, v.bm as u32, 128)
-                }
-                .map_err(be(NAME))?;
+                // whose kernel node keeps the map by value.
+                let map = TensorMap::e4m3_2d(q, m, ldk, ldk, v.bm as u32, 128).map_err(be(NAME))?;
                 st.ta = Some((key, map));
                 map
             }
@@ -451,21 +390,15 @@ impl Recipe for State {
             .arg(&out)
             .arg(&ws)
             .arg(&bias);
-        b.arg(&mi)
-            .arg(&ni)
-            .arg(&ki)
-            .arg(&kbpsi)
-            .arg(&splitsi)
-            .arg(&qflags);
+        b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
         let threads = 128 * (v.math_wgs + 1);
         let sms = gpu.device().sm_count.max(1) as usize;
         // Persistent: at most one CTA per SM; whole clusters (the kernel walks the units by
         // cluster, `p.units` counting clusters' units).
         let ctas = p.units.min(sms / v.cluster) * v.cluster;
         let cfg = grid((ctas as u32, 1, 1), threads, v.smem);
-        // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A (m x ldk
-        // bytes of codes at `a`, or fused the m x k 16-bit input there, checked against the
-        // layer by device_io) and B (n x ldk bytes of the weight codes); As (unfused) holds
+        // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A
+        // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds
         // ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws splits*m*n floats
         // when split; the kernel masks every store and TMA zero-fills out-of-bounds boxes.
         unsafe {
@@ -473,10 +406,8 @@ impl Recipe for State {
                 b,
                 cfg,
                 format_args!(
-                    "hopper_gemm (BM={}{}, cluster {}, {splits} splits)",
-                    v.bm,
-                    if v.fused != 0 { " fused" } else { "" },
-                    v.cluster
+                    "hopper_gemm (BM={}, cluster {}, {splits} splits)",
+                    v.bm, v.cluster
                 ),
             )
         }
@@ -496,16 +427,10 @@ impl Recipe for State {
     }
 }
 
-/// The build options the Hopper plan reads: (max splits, tile rows, cluster size, fused
-/// quantization).
-type Knobs = (usize, Option<usize>, Option<usize>, Option<bool>);
-
 /// The launch of a call: tile variant, K split and work units (of clusters, for a
-/// clustered variant); `fused`: the fused variant to run instead of `variant` (same tile
-/// height and split) when the input is 16-byte aligned.
+/// clustered variant).
 struct Plan {
     variant: usize,
-    fused: Option<usize>,
     splits: usize,
     kb_per_split: usize,
     units: usize,
@@ -513,35 +438,32 @@ struct Plan {
 
 impl State {
     /// The launch for `m` rows: the tile height of [`plan_tile_rows`] (or the one fixed by
-    /// the options, `knobs` = (max splits, tile rows, cluster, fused quantization)); 64 rows
-    /// and the fused variant where the layer can fuse ([`State::fusable`]) and the options
-    /// ask for it, or leave it to the default (up to [`FUSED_MAX_M`] rows) with no other tile
-    /// height fixed; clusters of two only when the options ask and the height has them (on
-    /// the H200 they measured no faster: see [`VARIANTS`]); the K split of [`plan_splits`]
-    /// (none for tiles of more than 128 rows).
-    fn launch(&self, c: &LayerConfig, gpu: &Gpu, knobs: Knobs, m: usize) -> Plan {
-        let (max_splits, tile_rows, cluster, fused_quant) = knobs;
+    /// the options, `knobs` = (max splits, tile rows, cluster)); clusters of two only when
+    /// the options ask and the height has them (on the H200 they measured no faster: see
+    /// [`VARIANTS`]); the K split of [`plan_splits`] (none for tiles of more than 128 rows).
+    fn launch(
+        &self,
+        c: &LayerConfig,
+        gpu: &Gpu,
+        knobs: (usize, Option<usize>, Option<usize>),
+        m: usize,
+    ) -> Plan {
+        let (max_splits, tile_rows, cluster) = knobs;
         let sms = gpu.device().sm_count.max(1) as usize;
         let tall = self.variants.iter().any(|v| v.bm > 128);
-        let fuse = self.fusable != 0
-            && tile_rows.is_none_or(|r| r == 64)
-            && fused_quant.unwrap_or(m <= FUSED_MAX_M);
-        let bm = match tile_rows {
-            _ if fuse => 64,
-            Some(r) => r,
-            None => plan_tile_rows(m, c.n, sms, tall),
-        };
+        let bm = tile_rows.unwrap_or_else(|| plan_tile_rows(m, c.n, sms, tall));
         let num_m = m.div_ceil(bm);
         let want = cluster.unwrap_or(1);
-        let find = |cl: usize, fused: u8| {
-            self.variants
-                .iter()
-                .position(|v| v.bm == bm && v.cluster == cl && v.fused == fused)
-        };
-        let variant = find(want, 0)
-            .or_else(|| find(1, 0))
+        let variant = self
+            .variants
+            .iter()
+            .position(|v| v.bm == bm && v.cluster == want)
+            .or_else(|| {
+                self.variants
+                    .iter()
+                    .position(|v| v.bm == bm && v.cluster == 1)
+            })
             .expect("tile heights are checked at build");
-        let fused = if fuse { find(1, self.fusable) } else { None };
         let cl = self.variants[variant].cluster;
         let tiles = num_m.div_ceil(cl) * c.n.div_ceil(128);
         let kb = c.k.div_ceil(128);
@@ -552,7 +474,6 @@ impl State {
         };
         Plan {
             variant,
-            fused,
             splits,
             kb_per_split,
             units: tiles * splits,
@@ -600,25 +521,19 @@ mod tests {
             (32, 128),
             (64, 128),
         ] {
-            for &(bm, _, _, stages, fused, tag) in &VARIANTS {
+            for &(bm, _, _, stages, tag) in &VARIANTS {
                 if bm > 128 && !has_tall_tile(block) {
                     continue;
                 }
-                let smem = smem_bytes(bm, stages, block, fused != 0);
+                let smem = smem_bytes(bm, stages, block);
                 assert!(smem <= 232_448, "{tag} {block:?}: {smem}");
             }
         }
         // 128x128 blocks, 128 rows: 6 stages of 32 KiB tiles, 516 B of scales (rounded to
         // 528) and 16 B of barriers each.
         assert_eq!(
-            smem_bytes(128, 6, (128, 128), false),
+            smem_bytes(128, 6, (128, 128)),
             1024 + 6 * (32768 + 528 + 16)
-        );
-        // Fused, 64 rows: two 8 KiB fp8 tiles, then 6 stages of 16 KiB of 16-bit A, 16 KiB of
-        // B, 260 B of scales (rounded to 272) and the barriers.
-        assert_eq!(
-            smem_bytes(64, 6, (128, 128), true),
-            1024 + 16384 + 6 * (32768 + 272 + 16)
         );
     }
 
