@@ -100,6 +100,10 @@ pub const ENV_TILE_ROWS: &str = "FP8_LINEAR_TILE_ROWS";
 /// across a cluster (the Hopper kernel: 1 or 2).
 pub const ENV_CLUSTER: &str = "FP8_LINEAR_CLUSTER";
 
+/// Environment variable turning the overlapped launch of a GEMM with the activation
+/// quantization before it on (`1`) or off (`0`), for kernels that have one (the Hopper kernel).
+pub const ENV_OVERLAP: &str = "FP8_LINEAR_OVERLAP";
+
 /// Tuning knobs kernels read from their build context. `Default` is every kernel's own
 /// choice.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -119,6 +123,11 @@ pub struct KernelOptions {
     /// multicasts it; 1 never clusters); None is the kernel's default (the Hopper kernel: 1).
     /// A kernel that cannot use the size refuses to build, naming the sizes it has.
     pub cluster: Option<u16>,
+    /// Whether kernels that can launch their GEMM overlapped with their activation
+    /// quantization do (programmatic dependent launch: the GEMM's launch, prologue and first
+    /// weight loads run while the quantization does; the Hopper kernel on sm_90): None is the
+    /// kernel's default (the Hopper kernel: on).
+    pub overlap: Option<bool>,
 }
 
 /// A bad value in an options environment variable.
@@ -139,7 +148,8 @@ impl KernelOptions {
         KernelOptions::default()
     }
 
-    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`], [`ENV_TILE_ROWS`] and [`ENV_CLUSTER`];
+    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`], [`ENV_TILE_ROWS`], [`ENV_CLUSTER`] and
+    /// [`ENV_OVERLAP`];
     /// unset or empty variables keep the default, bad values are errors.
     pub fn from_env() -> Result<Self, OptionsError> {
         Self::from_vars(env)
@@ -176,6 +186,7 @@ impl KernelOptions {
                 1..=u16::MAX,
                 "a positive integer (the Hopper kernel has 1 and 2)",
             )?,
+            overlap: number(ENV_OVERLAP, 0..=1, "0 (off) or 1 (on)")?.map(|v| v == 1),
             ..KernelOptions::default()
         };
         if let Some(v) = env(ENV_COMPILE_FOR) {
@@ -205,6 +216,13 @@ impl KernelOptions {
     /// Fixes the thread-block cluster size (for kernels that share tiles across one).
     pub fn cluster(mut self, ctas: u16) -> Self {
         self.cluster = Some(ctas);
+        self
+    }
+
+    /// Turns the overlapped launch of the GEMM with the activation quantization on or off
+    /// (for kernels that have one).
+    pub fn overlap(mut self, on: bool) -> Self {
+        self.overlap = Some(on);
         self
     }
 
@@ -288,6 +306,7 @@ mod tests {
             (ENV_MAX_SPLITS, "4"),
             (ENV_TILE_ROWS, "256"),
             (ENV_CLUSTER, "2"),
+            (ENV_OVERLAP, "0"),
         ])
         .unwrap();
         assert_eq!(
@@ -296,6 +315,7 @@ mod tests {
                 .max_splits(4)
                 .tile_rows(256)
                 .cluster(2)
+                .overlap(false)
         );
         for (var, value) in [
             (ENV_MAX_SPLITS, "0"),
@@ -304,6 +324,8 @@ mod tests {
             (ENV_TILE_ROWS, "tall"),
             (ENV_CLUSTER, "0"),
             (ENV_CLUSTER, "pair"),
+            (ENV_OVERLAP, "2"),
+            (ENV_OVERLAP, "on"),
             (ENV_COMPILE_FOR, "sm_x"),
         ] {
             let e = parse(&[(var, value)]).unwrap_err();

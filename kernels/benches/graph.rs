@@ -34,6 +34,10 @@
 //! layer, shape and M, and makes the exit status 1 once the table is printed; no timing is
 //! asserted. About 20-30 s on an H200.
 //!
+//! Kernel knobs come from the environment (`KernelOptions::from_env`, e.g.
+//! `FP8_LINEAR_OVERLAP=0` for the Hopper GEMM launched after its quantization instead of
+//! overlapped with it), so two runs compare them.
+//!
 //! `cargo bench -p fp8-linear --bench graph` (`FP8_BENCH_QUICK=1`: the first shape only)
 
 use std::sync::Arc;
@@ -235,6 +239,7 @@ fn bench_shape(
     out: &mut Outcome,
 ) {
     let target = Target::from_gpu(gpu.clone());
+    let knobs = KernelOptions::from_env().expect("kernel knobs in the environment");
     let max_m = *MS.iter().max().expect("MS is not empty");
     let codes = random_codes(n * k);
     let scales = random_scales(n.max(n.div_ceil(128) * k.div_ceil(128)));
@@ -261,7 +266,7 @@ fn bench_shape(
             let t0 = Instant::now();
             let weights = weights_for(&cfg, &codes, &scales, &INPUT_SCALE);
             let built: Result<Vec<Linear>, _> = (0..copies)
-                .map(|_| Linear::with_entry(entry, &target, &cfg, &weights, &KernelOptions::none()))
+                .map(|_| Linear::with_entry(entry, &target, &cfg, &weights, &knobs))
                 .collect();
             let mut layers = match built {
                 Ok(l) => l,

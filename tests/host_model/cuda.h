@@ -79,6 +79,9 @@ inline std::barrier<>* warp_barrier[32] = {};
 
 inline void __syncthreads() { block_barrier->arrive_and_wait(); }
 inline void __syncwarp() { warp_barrier[threadIdx.x >> 5]->arrive_and_wait(); }
+// Programmatic dependent launch: the host model runs one kernel at a time.
+inline void griddep_launch_dependents() {}
+inline void griddep_wait() {}
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) {

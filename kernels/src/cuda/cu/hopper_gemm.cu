@@ -8,7 +8,10 @@
 // 128-row tiles keep two accumulator sets, so a scale block's MMAs run while the previous
 // block is promoted. Tiles are BM x 128 with BM = 64 x NWG x WAVES (64, 128, 192 or 256
 // rows; the host picks per call). Persistent: a grid of at most one CTA per SM walks the
-// (tile, K split) work units.
+// (tile, K split) work units. Launched overlapped with the activation quantization before it
+// (programmatic dependent launch): the TMA thread loads the first round of weight tiles while
+// that kernel runs, then waits for it (griddep_wait) before the first activation tile; the
+// scale warp waits before it reads the activation scales.
 //
 //   out[m, n] = sum_kb As[m, kb] * Bs[n / SBN, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
 //
@@ -473,27 +476,43 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
         if (threadIdx.x == 0) {
             asm volatile("prefetch.tensormap [%0];" ::"l"((u64)ta) : "memory");
             asm volatile("prefetch.tensormap [%0];" ::"l"((u64)tb) : "memory");
+            // Stage `it`'s weight tile (k block kb of unit w), expected on its full barrier
+            // with the activation tile.
+            auto load_b = [&](u32 it, const Unit& w, int kb) {
+                const u32 s = it % STAGES, full = bars + 8 * s;
+                mbar_expect_tx(full, A_BYTES + B_BYTES);
+                if constexpr (CL == 1) {
+                    tma_load_2d(sb + s * B_BYTES, tb, full, kb * BK, w.nb * BN);
+                } else {
+                    // This CTA's 1 / CL of the weight tile (`tb`'s box is BN / CL rows), to
+                    // every CTA of the cluster.
+                    const int part = BN / CL;
+                    tma_load_2d_mc(sb + s * B_BYTES + sc.rank * part * BK, tb, full, kb * BK,
+                                   w.nb * BN + sc.rank * part, (u16)((1u << CL) - 1));
+                }
+            };
+            // The weights do not depend on the kernel before this one on the stream (the
+            // activation quantization): the first round of stages gets its weight tiles
+            // before the wait for that kernel (all of it when this kernel was launched
+            // overlapped with it), then every load as usual.
+            u32 pre = 0;
+            for (int u = sc.first; u < sc.units && pre < STAGES; u += sc.step) {
+                const Unit w = sc.at(u);
+                for (int kb = w.kb0; kb < w.kb1 && pre < STAGES; ++kb, ++pre) load_b(pre, w, kb);
+            }
+            griddep_wait();
             u32 it = 0;
             for (int u = sc.first; u < sc.units; u += sc.step) {
                 const Unit w = sc.at(u);
                 for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
                     const u32 s = it % STAGES, ph = (it / STAGES) & 1;
                     mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
-                    const u32 full = bars + 8 * s;
-                    mbar_expect_tx(full, A_BYTES + B_BYTES);
-                    tma_load_2d(sa + s * A_BYTES, ta, full, kb * BK, w.m0);
-                    if constexpr (CL == 1) {
-                        tma_load_2d(sb + s * B_BYTES, tb, full, kb * BK, w.nb * BN);
-                    } else {
-                        // This CTA's 1 / CL of the weight tile (`tb`'s box is BN / CL rows), to
-                        // every CTA of the cluster.
-                        const int part = BN / CL;
-                        tma_load_2d_mc(sb + s * B_BYTES + sc.rank * part * BK, tb, full, kb * BK,
-                                       w.nb * BN + sc.rank * part, (u16)((1u << CL) - 1));
-                    }
+                    if (it >= pre) load_b(it, w, kb);
+                    tma_load_2d(sa + s * A_BYTES, ta, bars + 8 * s, kb * BK, w.m0);
                 }
             }
         } else if (threadIdx.x / 32 == 1) {
+            griddep_wait();  // the activation scales come from the kernel before this one
             stage_scales<BM, STAGES>(As, Bs, ssc, bars, M, Kbs, nbs, sc, threadIdx.x % 32);
         }
     } else {

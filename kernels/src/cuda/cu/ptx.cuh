@@ -75,6 +75,24 @@ __device__ __forceinline__ u32 max_u16x2(u32 a, u32 b) {
 #endif
 }
 
+// ---- programmatic dependent launch --------------------------------------------------------
+// A kernel launched after this one with programmatic stream serialization may start once
+// every block of this one has executed this (or exited): its launch and prologue overlap
+// this kernel's tail. No-op without such a dependent, and before sm_90.
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Waits until the kernel before this one on the stream has completed and its writes are
+// visible (returns at once when this kernel was launched normally, and before sm_90).
+__device__ __forceinline__ void griddep_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ---- addresses --------------------------------------------------------------------------
 // The shared-state-space address of a pointer into shared memory.
 __device__ __forceinline__ u32 smem_u32(const void* p) {

@@ -158,13 +158,15 @@ __device__ void quant_tensor(const typename In<T>::E* __restrict__ x, u8* __rest
 }
 
 // quant_groups_cCuU_NAME: the group quantization of input NAME, C chunks per unit, U units
-// per thread, streamed loads when S. Measured on the H200 (bf16, K = 2048..16384): c1u1 is
+// per thread, streamed loads when S. The GEMM after it may launch at once (it waits for
+// this kernel's codes before it reads them: griddep_wait). Measured on the H200 (bf16, K = 2048..16384): c1u1 is
 // the fastest below about 2M elements, c2u1 streamed to about 40M, c2u2 above (quant.rs
 // chooses).
 #define QUANT_GROUPS(T, NAME, C, U, S)                                                          \
     extern "C" __global__ void __launch_bounds__(256, 6) quant_groups_c##C##u##U##_##NAME(      \
         const In<T>::E* x, u8* q, float* s, int M, int K, int ldq, long long s_row,             \
         long long s_col, int group, int groups, int units, int lg_lanes, int vec, int ue8m0) {  \
+        griddep_launch_dependents();                                                            \
         quant_groups<T, C, U, S>(x, q, s, M, K, ldq, s_row, s_col, group, groups, units,        \
                                  lg_lanes, vec, ue8m0);                                         \
     }

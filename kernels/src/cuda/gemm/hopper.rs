@@ -10,7 +10,11 @@
 //! Split-K when the tiles do not fill the GPU (each split stores its partial tile to an f32
 //! workspace, an epilogue kernel sums them in order). On request
 //! ([`KernelOptions::cluster`](fp8_linear_core::KernelOptions)), clusters of two CTAs along M
-//! that load each weight tile once, half each, multicast to both.
+//! that load each weight tile once, half each, multicast to both. The GEMM is launched
+//! overlapped with the activation quantization before it (programmatic dependent launch,
+//! [`KernelOptions::overlap`](fp8_linear_core::KernelOptions), on by default): its launch,
+//! prologue and first round of weight tiles run while the quantization does, and it waits for
+//! the quantization before it reads the activations.
 //! Source: `cu/hopper_gemm.cu`.
 
 use std::sync::Arc;
@@ -28,7 +32,9 @@ use crate::cuda::skeleton::block::{
 };
 use crate::cuda::skeleton::dtype::float_index;
 use crate::cuda::skeleton::error::{be, be_at};
-use crate::cuda::skeleton::launch::{elementwise, grid, launch, per_float};
+use crate::cuda::skeleton::launch::{
+    elementwise, grid, launch, launch_overlapped, param, per_float,
+};
 use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::scratch::Scratch;
 
@@ -49,6 +55,9 @@ pub struct HopperBlockFp8 {
     tile_rows: Option<usize>,
     /// A fixed cluster size, 1 or 2 (the build options' `cluster`); None chooses per call.
     cluster: Option<usize>,
+    /// The GEMM launched overlapped with the activation quantization (the build options'
+    /// `overlap`, default on).
+    overlap: bool,
 }
 
 /// One tile height and cluster size: BM rows per CTA, its pipeline depth and kernels.
@@ -159,6 +168,7 @@ impl HopperBlockFp8 {
                 .clamp(1, 16),
             tile_rows,
             cluster,
+            overlap: ctx.options().overlap.unwrap_or(true),
         })
     }
 }
@@ -309,12 +319,12 @@ impl Fp8Kernel for HopperBlockFp8 {
         Ok(())
     }
 
-    skeleton_calls!(layer, |k| (k.max_splits, k.tile_rows, k.cluster));
+    skeleton_calls!(layer, |k| (k.max_splits, k.tile_rows, k.cluster, k.overlap));
 }
 
 impl Recipe for State {
-    /// (max splits, tile rows, cluster size).
-    type Knobs = (usize, Option<usize>, Option<usize>);
+    /// (max splits, tile rows, cluster size, overlapped launch).
+    type Knobs = (usize, Option<usize>, Option<usize>, bool);
     type Plan = Plan;
     /// The split-K workspace's address (0 without a split).
     type Scratch = u64;
@@ -381,35 +391,54 @@ impl Recipe for State {
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
         let (kbpsi, splitsi) = (kbps as i32, splits as i32);
         let tb = if v.cluster > 1 { st.tb_half } else { st.tb };
-        let s = gpu.stream();
-        let mut b = s.launch_builder(&v.gemm[oi]);
-        b.arg(&ta)
-            .arg(&tb)
-            .arg(&a_s)
-            .arg(&bsptr)
-            .arg(&out)
-            .arg(&ws)
-            .arg(&bias);
-        b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
         let threads = 128 * (v.math_wgs + 1);
         let sms = gpu.device().sm_count.max(1) as usize;
         // Persistent: at most one CTA per SM; whole clusters (the kernel walks the units by
         // cluster, `p.units` counting clusters' units).
         let ctas = p.units.min(sms / v.cluster) * v.cluster;
         let cfg = grid((ctas as u32, 1, 1), threads, v.smem);
-        // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A
-        // (m x ldk bytes at q) and B (n x ldk bytes of the weight codes); As holds
-        // ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws splits*m*n floats
-        // when split; the kernel masks every store and TMA zero-fills out-of-bounds boxes.
+        let what = format_args!(
+            "hopper_gemm (BM={}, cluster {}, {splits} splits)",
+            v.bm, v.cluster
+        );
+        let s = gpu.stream();
+        // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A (m x ldk
+        // bytes of codes at `q`, from the quantization) and B (n x ldk bytes of the weight
+        // codes); As holds ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws
+        // splits*m*n floats when split; the kernel masks every store and TMA zero-fills
+        // out-of-bounds boxes. Overlapped: the kernel before it on the stream is the
+        // quantization just enqueued, and the kernel waits for it (griddep_wait) before it
+        // reads the codes or the activation scales and so before anything it writes; what it
+        // reads before (weight codes) was written before that kernel.
         unsafe {
-            launch(
-                b,
-                cfg,
-                format_args!(
-                    "hopper_gemm (BM={}, cluster {}, {splits} splits)",
-                    v.bm, v.cluster
-                ),
-            )
+            if p.overlap {
+                let mut params = [
+                    param(&ta),
+                    param(&tb),
+                    param(&a_s),
+                    param(&bsptr),
+                    param(&out),
+                    param(&ws),
+                    param(&bias),
+                    param(&mi),
+                    param(&ni),
+                    param(&ki),
+                    param(&kbpsi),
+                    param(&splitsi),
+                ];
+                launch_overlapped(s, &v.gemm[oi], cfg, &mut params, what)
+            } else {
+                let mut b = s.launch_builder(&v.gemm[oi]);
+                b.arg(&ta)
+                    .arg(&tb)
+                    .arg(&a_s)
+                    .arg(&bsptr)
+                    .arg(&out)
+                    .arg(&ws)
+                    .arg(&bias);
+                b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
+                launch(b, cfg, what)
+            }
         }
         .map_err(be(NAME))?;
         if splits > 1 {
@@ -434,21 +463,23 @@ struct Plan {
     splits: usize,
     kb_per_split: usize,
     units: usize,
+    /// Launched overlapped with the quantization before it (programmatic dependent launch).
+    overlap: bool,
 }
 
 impl State {
     /// The launch for `m` rows: the tile height of [`plan_tile_rows`] (or the one fixed by
-    /// the options, `knobs` = (max splits, tile rows, cluster)); clusters of two only when
+    /// the options, `knobs` = (max splits, tile rows, cluster, overlap)); clusters of two only when
     /// the options ask and the height has them (on the H200 they measured no faster: see
     /// [`VARIANTS`]); the K split of [`plan_splits`] (none for tiles of more than 128 rows).
     fn launch(
         &self,
         c: &LayerConfig,
         gpu: &Gpu,
-        knobs: (usize, Option<usize>, Option<usize>),
+        knobs: (usize, Option<usize>, Option<usize>, bool),
         m: usize,
     ) -> Plan {
-        let (max_splits, tile_rows, cluster) = knobs;
+        let (max_splits, tile_rows, cluster, overlap) = knobs;
         let sms = gpu.device().sm_count.max(1) as usize;
         let tall = self.variants.iter().any(|v| v.bm > 128);
         let bm = tile_rows.unwrap_or_else(|| plan_tile_rows(m, c.n, sms, tall));
@@ -477,6 +508,7 @@ impl State {
             splits,
             kb_per_split,
             units: tiles * splits,
+            overlap,
         }
     }
 }

@@ -1,10 +1,13 @@
 //! Launch plumbing shared by the kernels: the functions of a module in the kernels' three
 //! output dtypes, grid shapes, and a launch whose driver error names what was launched.
 
+use std::ffi::c_void;
 use std::fmt::Display;
 use std::sync::Arc;
 
-use fp8_linear_cuda::cudarc::driver::{CudaFunction, CudaModule, LaunchArgs, LaunchConfig};
+use fp8_linear_cuda::cudarc::driver::{
+    sys, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig,
+};
 use fp8_linear_cuda::{function, function_with_shared_memory, CudaError};
 
 use super::dtype::FLOAT_NAMES;
@@ -79,4 +82,61 @@ pub unsafe fn launch(
     unsafe { args.launch(cfg) }
         .map(|_| ())
         .map_err(|e| CudaError::driver(format!("launching {what}"), e))
+}
+
+/// A kernel argument for [`launch_overlapped`]: the address of its value (which must
+/// outlive the launch call; the driver copies the values when the launch is enqueued).
+pub fn param<T>(value: &T) -> *mut c_void {
+    (value as *const T).cast_mut().cast()
+}
+
+/// Launches `func` on `stream` with `cfg` and programmatic stream serialization: its grid
+/// may start while the kernel before it on the stream is still running, from the moment
+/// every block of that kernel has executed `griddepcontrol.launch_dependents` (or exited),
+/// so its launch and prologue overlap that kernel's tail. A driver error names `what`.
+///
+/// # Safety
+/// `params` holds the address of every kernel parameter's value, in order and of the
+/// parameter's type; every device address in them covers what the kernel reads and writes;
+/// and the kernel executes `griddepcontrol.wait` before it reads anything the kernel before
+/// it on the stream writes, or writes anything that kernel reads or writes. The kernel
+/// before it must be one the caller enqueued on `stream` itself (a kernel it knows), since
+/// what is read before the wait is only ordered after the kernels before that one.
+pub unsafe fn launch_overlapped(
+    stream: &CudaStream,
+    func: &CudaFunction,
+    cfg: LaunchConfig,
+    params: &mut [*mut c_void],
+    what: impl Display,
+) -> Result<(), CudaError> {
+    let err = |e| CudaError::driver(format!("launching {what} (overlapped)"), e);
+    stream.context().bind_to_thread().map_err(err)?;
+    // SAFETY: plain old data; the attribute's value is the union's int member.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: the config and the attribute live across the call; the caller vouches for the
+    // parameters and the kernel's waits.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            func.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(err)
 }
