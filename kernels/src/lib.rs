@@ -53,11 +53,13 @@ pub mod cpu;
 pub mod cuda;
 pub mod docs;
 mod linear;
+mod quantizer;
 pub mod tables;
 mod target;
 pub mod tensor_parallel;
 
 pub use linear::{Linear, LinearError};
+pub use quantizer::ActivationQuantizer;
 pub use target::Target;
 
 // The core vocabulary an engine author needs, re-exported by name.

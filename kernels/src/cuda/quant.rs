@@ -19,7 +19,7 @@ use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{function, CudaError, Gpu, LoadStats};
 
 use super::skeleton::dtype::{float_slot, FLOAT_NAMES};
-use super::skeleton::launch::{blocks, grid, launch, per_float, THREADS};
+use super::skeleton::launch::{blocks, elementwise, grid, launch, per_float, THREADS};
 use super::skeleton::scratch::Scratch;
 use super::sources;
 
@@ -184,6 +184,7 @@ pub struct ActQuant {
     absmax: [CudaFunction; 3],
     tensor: [CudaFunction; 3],
     pad_rows: CudaFunction,
+    silu_mul: [CudaFunction; 3],
     stats: LoadStats,
 }
 
@@ -248,6 +249,7 @@ impl ActQuant {
             absmax: per_float(&module, "absmax", None)?,
             tensor: per_float(&module, "quant_tensor", None)?,
             pad_rows: function(&module, "pad_rows_u8")?,
+            silu_mul: per_float(&module, "silu_mul", None)?,
             _module: module,
             stats,
         })
@@ -420,6 +422,27 @@ impl ActQuant {
             .arg(&ue);
         // SAFETY: the caller vouches for the buffers; the arguments match `quant_tensor`.
         unsafe { launch(b, blocks((gx, gy, 1)), "quant_tensor") }
+    }
+
+    /// SiLU-and-multiply (`cu/quant.cu`'s `silu_mul`, bit-identical to
+    /// [`crate::cpu::silu::silu_mul`]): `h` (`[m, k]` f32) = SiLU(gate) * up of `x`
+    /// (`[m, 2k]` of `dtype`, gate first).
+    ///
+    /// # Safety
+    /// As for [`ActQuant::groups`]; `x` holds `m * 2k` elements, `h` `m * k` floats.
+    pub unsafe fn silu_mul(
+        &self,
+        x: u64,
+        dtype: DType,
+        (m, k): (usize, usize),
+        h: u64,
+    ) -> Result<(), CudaError> {
+        let (t, mi, ki, _) = quant_dims("SiLU-and-multiply", dtype, m, k, k)?;
+        i32_of("2K", 2 * k)?;
+        let mut b = self.gpu.stream().launch_builder(&self.silu_mul[t]);
+        b.arg(&x).arg(&h).arg(&mi).arg(&ki);
+        // SAFETY: the caller vouches for the buffers; the arguments match `silu_mul`.
+        unsafe { launch(b, elementwise(m * k), "silu_mul") }
     }
 
     /// Copies `rows` rows of `cols` bytes from `src` into rows of `ld` bytes at `dst`,
