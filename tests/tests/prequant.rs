@@ -14,7 +14,9 @@ use fp8_linear::{
     bf16, f16, ActivationQuantizer, DType, GroupShape, KernelEntry, KernelError, KernelOptions,
     LayerConfig, LayerWeights, Linear, QuantKey, Registered, ScaleDtype, Target, Tensor, TensorMut,
 };
-use fp8_linear_tests::layers::{nasty_activations, random_activations, HostLayer, WeightGen};
+use fp8_linear_tests::layers::{
+    block_config, nasty_activations, random_activations, HostLayer, WeightGen, AWKWARD_GATES,
+};
 
 const CPU_KERNELS: [&KernelEntry; 2] = [&CpuFp8Gemm::ENTRY, &CpuReference::ENTRY];
 
@@ -32,19 +34,8 @@ fn configs(n: usize, k: usize, input: DType, output: DType) -> Vec<(String, Laye
     let mut v = Vec::new();
     for cols in [32u32, 64, 128] {
         for fmt in [ScaleDtype::F32, ScaleDtype::Ue8m0] {
-            let c = LayerConfig {
-                weight: QuantKey {
-                    group: GroupShape::Block { rows: cols, cols },
-                    scale_dtype: ScaleDtype::F32,
-                    dynamic: false,
-                },
-                activation: Some(QuantKey {
-                    group: GroupShape::Group { cols },
-                    scale_dtype: fmt,
-                    dynamic: true,
-                }),
-                ..LayerConfig::block_128(n, k, input, output)
-            };
+            let modes = (ScaleDtype::F32, fmt);
+            let c = block_config((cols, cols), modes, (n, k), (input, output));
             v.push((format!("1x{cols} {fmt:?}"), c));
         }
     }
@@ -524,25 +515,6 @@ fn silu_mul_is_within_four_ulp_of_f64() {
     assert!(worst <= 4, "silu_mul is {worst} ulp from f64 at {at:?}");
     println!("silu_mul: at most {worst} ulp from f64 (rounded)");
 }
-
-/// Gate values that probe the edges: large |g| of both signs, zeros, infinities, NaN,
-/// subnormals, values near the overflow of exp(-g).
-pub const AWKWARD_GATES: [f32; 14] = [
-    0.0,
-    -0.0,
-    1e-40,
-    -1e-40,
-    88.0,
-    -88.0,
-    -89.0,
-    104.0,
-    -104.5,
-    1e30,
-    -1e30,
-    f32::INFINITY,
-    f32::NEG_INFINITY,
-    f32::NAN,
-];
 
 #[test]
 fn silu_mul_quantizes_the_cpu_h_bit_for_bit() {

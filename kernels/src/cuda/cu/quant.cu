@@ -262,3 +262,16 @@ __device__ void silu_mul_rows(const typename In<T>::E* __restrict__ x, float* __
 INSTANTIATE_SILU(0, f32)
 INSTANTIATE_SILU(1, f16)
 INSTANTIATE_SILU(2, bf16)
+
+// Scales of pre-quantized activations (row-major [M, G], or one row read M times when
+// s_row = 0) into the order a GEMM reads: dst[row * d_row + g * d_col] = src[row * s_row + g].
+extern "C" __global__ void place_scales(const float* __restrict__ src, float* __restrict__ dst,
+                                        int M, int G, long long s_row, long long d_row,
+                                        long long d_col) {
+    const long long n = (long long)M * G;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long row = i / G, g = i - row * G;
+        dst[row * d_row + g * d_col] = src[row * s_row + g];
+    }
+}
