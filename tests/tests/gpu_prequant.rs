@@ -9,6 +9,8 @@
 //! SiLU-and-multiply's, on awkward gates (large |g| of both signs, zeros, infinities, NaN,
 //! subnormals). Kernels that read unquantized activations (Marlin, W8A16) and the decode
 //! kernel (which quantizes inside its GEMM) refuse with `KernelError::PreQuantized`.
+//! `silu_mul` then `forward_quantized`, prepared, capture into a CUDA graph (thread-local
+//! mode: any allocation or synchronization fails it) whose replay equals the eager calls.
 //! Skips without a GPU unless FP8_REQUIRE_CUDA=1.
 
 use std::sync::Arc;
@@ -322,4 +324,106 @@ fn silu_mul_on_the_gpu_equals_the_cpu_bit_for_bit() {
             }
         }
     }
+}
+
+/// Captures `f` on `gpu`'s stream in thread-local mode (any allocation or synchronization
+/// from this thread fails the capture); the capture ends whatever happened.
+fn capture(
+    gpu: &Arc<Gpu>,
+    f: impl FnOnce() -> Result<(), KernelError>,
+) -> Result<fp8_linear::cuda::interop::cudarc::driver::CudaGraph, String> {
+    use fp8_linear::cuda::interop::cudarc::driver::sys;
+    let stream = gpu.stream();
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(|e| format!("begin_capture: {e:?}"))?;
+    let r = f();
+    let g = stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .map_err(|e| format!("end_capture (the capture was invalidated?): {e:?}"));
+    r.map_err(|e| format!("while capturing: {e}"))?;
+    g?.ok_or_else(|| "the capture recorded nothing".into())
+}
+
+/// The MLP's tail as an engine captures it: `silu_mul` into given buffers, then
+/// `forward_quantized`, prepared for M up to 64 and captured at M = 3 and 33 on a stream of
+/// its own, for every CUDA entry that takes pre-quantized calls; the replayed graph's output
+/// equals the eager calls' bit for bit. K = 7168 reads the given codes in place, K = 300
+/// copies them into the layer's padded scratch.
+#[test]
+fn silu_mul_and_forward_quantized_capture_into_a_graph() {
+    let Some(base) = gpu_or_skip("silu_mul_and_forward_quantized_capture_into_a_graph") else {
+        return;
+    };
+    let gpu = base.fork_stream().unwrap();
+    let target = Target::from_gpu(gpu.clone());
+    let cap = gpu.capability();
+    let kinds = [
+        block(256, 7168, (128, 128), false, DType::Bf16),
+        block(384, 300, (128, 128), false, DType::Bf16),
+        LayerConfig::per_tensor_static(256, 512, DType::Bf16, DType::Bf16),
+        LayerConfig::per_token_per_channel(256, 512, DType::Bf16, DType::Bf16),
+    ];
+    let mut captured = Vec::new();
+    for c in kinds {
+        let host = HostLayer::random(&c, WeightGen::Spread(4));
+        let w = host.weights();
+        for entry in cuda_entries() {
+            if !entry.arch.matches(Some(cap)) || (entry.can_implement)(&c).is_err() {
+                continue;
+            }
+            let mut l = Linear::with_entry(entry, &target, &c, &w, &KernelOptions::none()).unwrap();
+            let mut quant = ActivationQuantizer::new(&target, &c, &w).unwrap();
+            l.prepare(64).unwrap();
+            quant.prepare(64).unwrap();
+            let served: Vec<usize> = [3usize, 33]
+                .into_iter()
+                .filter(|&m| l.entry_for(m).is_some())
+                .collect();
+            for m in served {
+                let what = format!("{} {c} M={m}", entry.name);
+                let (xin, _) = upload_as(&gpu, &random_activations(m, 2 * c.k), c.input_dtype);
+                let mut qo = QuantOut::new(&gpu, &c, m);
+                let mut y0 = AnyBuffer::poisoned(&gpu, m * c.n, c.output_dtype);
+                let mut y1 = AnyBuffer::poisoned(&gpu, m * c.n, c.output_dtype);
+                let mut step = |y: &mut AnyBuffer| -> Result<(), KernelError> {
+                    {
+                        let (mut qt, mut st) = qo.views_mut(0);
+                        quant.silu_mul(&xin.tensor([m, 2 * c.k]), &mut qt, &mut st)?;
+                    }
+                    let (qt, st) = qo.views(0);
+                    l.forward_quantized(&qt, &st, &mut y.tensor_mut([m, c.n]))
+                };
+                match step(&mut y0) {
+                    Ok(()) => {}
+                    Err(KernelError::PreQuantized { kernel, .. }) => {
+                        assert!(["MarlinFp8", "DecodeBlockFp8"].contains(&kernel), "{what}");
+                        continue;
+                    }
+                    Err(e) => panic!("{what}: eager: {e}"),
+                }
+                gpu.synchronize().unwrap();
+                let graph =
+                    capture(&gpu, || step(&mut y1)).unwrap_or_else(|e| panic!("{what}: {e}"));
+                gpu.synchronize().unwrap();
+                assert!(
+                    y1.to_f32().iter().all(|v| v.is_nan()),
+                    "{what}: output written before the graph was launched"
+                );
+                graph.launch().unwrap();
+                gpu.synchronize().unwrap();
+                assert_eq!(
+                    bits(&y1.to_f32()),
+                    bits(&y0.to_f32()),
+                    "{what}: replay != eager"
+                );
+                eprintln!("{what}: captured, replayed, equal to the eager calls");
+                captured.push(entry.name);
+            }
+        }
+    }
+    assert!(
+        !captured.is_empty(),
+        "no CUDA kernel captured a pre-quantized call on {cap}"
+    );
 }
