@@ -149,6 +149,7 @@
 mod cuda;
 mod error;
 mod linear;
+mod prequant;
 mod weights;
 
 pub use error::{Fp8LinearError, Problem};

@@ -44,6 +44,8 @@ pub struct Fp8Linear {
 /// The layer and, on CUDA, what orders calls from several threads.
 pub(crate) struct State {
     pub(crate) linear: Linear,
+    /// The layer's activation quantizer, for `silu_mul_quantize`.
+    pub(crate) quant: crate::prequant::Quantizer,
     #[cfg(feature = "cuda")]
     pub(crate) order: crate::cuda::CallOrder,
 }
@@ -181,6 +183,15 @@ impl Fp8Linear {
         };
         drop(storage);
         let linear = built.map_err(|e| layer_error(&name, Problem::Build(e)))?;
+        // The quantizer reads only the static scalars of the weights.
+        let mut statics = LayerWeights::new(
+            fp8_linear::Tensor::fp8(&[], [0, 0]),
+            fp8_linear::Tensor::f32(&w.scales, scale_shape),
+        );
+        if let Some(s) = &input_scale {
+            statics = statics.with_input_scale(fp8_linear::Tensor::f32(s, [1, 1]));
+        }
+        let quant = fp8_linear::ActivationQuantizer::new(&target, &c, &statics);
         let explanation = BUILTIN
             .explain(target.device(), &c, &options.overrides)
             .map_err(|e| layer_error(&name, Problem::Build(fp8_linear::LinearError::Select(e))))?;
@@ -188,6 +199,7 @@ impl Fp8Linear {
             kernel: linear.plan().ranges.last().map_or("", |r| r.entry.name),
             state: Mutex::new(State {
                 linear,
+                quant,
                 #[cfg(feature = "cuda")]
                 order: Default::default(),
             }),

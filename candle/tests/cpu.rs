@@ -595,3 +595,114 @@ fn one_layer_serves_several_threads() {
         }
     });
 }
+
+/// Pre-quantized activations: `forward_quantized` on the codes and scales of the layer's
+/// `ActivationQuantizer` equals `forward` bit for bit, and on those of `silu_mul_quantize`
+/// it equals `forward` on `h = SiLU(gate) * up` (bit for bit for an f32 layer, which takes
+/// h unrounded; within the dtype's tolerance otherwise, where `forward` takes h rounded to
+/// the layer's dtype); leading dimensions; wrong shapes are errors that name the tensor.
+#[test]
+fn pre_quantized_activations_and_silu_mul() {
+    use fp8_linear::cpu::silu::silu_mul;
+    use fp8_linear::ActivationQuantizer;
+    let cases = [
+        (Scales::Block, BLOCK, 272, 400),
+        (Scales::PerTensorStatic, PER_TENSOR_STATIC, 200, 136),
+        (Scales::PerChannel, PER_CHANNEL_DYNAMIC, 144, 320),
+    ];
+    for (scales, q, n, k) in cases {
+        let host = HostLayer::random(n, k, scales, false);
+        for dtype in [DType::BF16, DType::F16, DType::F32] {
+            let what = format!("{scales:?} {dtype:?}");
+            let vb = vb_of(host.tensors(PREFIX), dtype);
+            let layer = Fp8Linear::load(k, n, vb.pp(PREFIX), &quant(q)).unwrap();
+            let c = *layer.config();
+            for lead in [vec![1], vec![2, 3]] {
+                let m: usize = lead.iter().product();
+                let dims = |last: usize| {
+                    let mut d = lead.clone();
+                    d.push(last);
+                    d
+                };
+                // The layer's own quantizer on x, then forward_quantized == forward.
+                let x = Tensor::from_slice(&activations(m, k), dims(k).as_slice(), &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap();
+                let is = host.input_scale.map(|s| [s]);
+                let mut statics = LayerWeights::new(
+                    fp8_linear::Tensor::fp8(&host.codes, [n, k]),
+                    fp8_linear::Tensor::f32(&host.scales, c.weight_scale_shape()),
+                );
+                if let Some(s) = &is {
+                    statics = statics.with_input_scale(fp8_linear::Tensor::f32(s, [1, 1]));
+                }
+                let c32 = LayerConfig {
+                    input_dtype: fp8_linear::DType::F32,
+                    ..c
+                };
+                let mut aq =
+                    ActivationQuantizer::new(&fp8_linear::Target::cpu(), &c32, &statics).unwrap();
+                let shape = fp8_linear::validate::activation_scale_shape(&c, m).unwrap();
+                let xf = to_f32(&x);
+                let (mut qc, mut qs) = (vec![0u8; m * k], vec![0f32; shape[0] * shape[1]]);
+                aq.quantize(
+                    &fp8_linear::Tensor::f32(&xf, [m, k]),
+                    &mut TensorMut::fp8(&mut qc, [m, k]),
+                    &mut TensorMut::f32(&mut qs, shape),
+                )
+                .unwrap();
+                let codes = Tensor::from_vec(qc, dims(k).as_slice(), &Device::Cpu).unwrap();
+                let sdims = if shape[0] == m {
+                    dims(shape[1])
+                } else {
+                    vec![1, 1]
+                };
+                let st = Tensor::from_vec(qs, sdims.as_slice(), &Device::Cpu).unwrap();
+                let y0 = layer.forward(&x).unwrap();
+                let y1 = layer.forward_quantized(&codes, &st).unwrap();
+                assert_eq!(y1.dims(), dims(n).as_slice(), "{what}");
+                let bits = |t: &Tensor| to_f32(t).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&y1), bits(&y0), "{what}: forward_quantized != forward");
+
+                // SiLU-and-multiply, quantized for the layer.
+                let gu = Tensor::from_slice(
+                    &activations(m, 2 * k)
+                        .iter()
+                        .map(|v| v * 4.0)
+                        .collect::<Vec<_>>(),
+                    dims(2 * k).as_slice(),
+                    &Device::Cpu,
+                )
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+                let (codes, sc) = layer.silu_mul_quantize(&gu).unwrap();
+                assert_eq!(codes.dtype(), DType::U8);
+                assert_eq!(codes.dims(), dims(k).as_slice(), "{what}");
+                let y2 = layer.forward_quantized(&codes, &sc).unwrap();
+                let g = to_f32(&gu);
+                let h: Vec<f32> = (0..m * k)
+                    .map(|e| silu_mul(g[(e / k) * 2 * k + e % k], g[(e / k) * 2 * k + k + e % k]))
+                    .collect();
+                let ht = Tensor::from_vec(h, dims(k).as_slice(), &Device::Cpu).unwrap();
+                let y3 = layer.forward(&ht).unwrap();
+                if dtype == DType::F32 {
+                    assert_eq!(bits(&y2), bits(&y3), "{what}: silu_mul path != forward(h)");
+                } else {
+                    let r = rel(&to_f32(&y2), &to_f32(&y3));
+                    assert!(
+                        r < 4.0 * tolerance(dtype),
+                        "{what}: silu_mul path off by {r}"
+                    );
+                }
+            }
+            // Wrong shapes name the tensor.
+            let bad = Tensor::zeros((2, k + 1), DType::U8, &Device::Cpu).unwrap();
+            let s = Tensor::zeros((2, 4), DType::F32, &Device::Cpu).unwrap();
+            assert_names(&message(layer.forward_quantized(&bad, &s)), &["codes"]);
+            let gu = Tensor::zeros((2, k), dtype, &Device::Cpu).unwrap();
+            assert_names(&message(layer.silu_mul_quantize(&gu)), &["gate_up"]);
+        }
+    }
+}

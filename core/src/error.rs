@@ -169,6 +169,17 @@ pub enum KernelError {
         /// What the call would have done.
         what: String,
     },
+    /// A call on pre-quantized activations (`apply_quantized`, `Linear::forward_quantized`,
+    /// an activation quantizer) that the kernel or layer cannot take: a weight-only (W8A16)
+    /// kernel or layer reads unquantized activations, and a kernel that quantizes inside its
+    /// own GEMM may have no path for given codes.
+    #[error("{kernel} cannot run on pre-quantized activations: {reason}")]
+    PreQuantized {
+        /// The kernel (or "layer").
+        kernel: &'static str,
+        /// Why not.
+        reason: String,
+    },
     /// A backend failure described by a message (a size the kernel cannot handle, a device
     /// that lacks a resource, ...).
     #[error("{kernel}: {detail}")]

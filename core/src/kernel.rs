@@ -34,6 +34,30 @@ pub trait Fp8Kernel: KernelName + Send + 'static {
     /// were built with (the layer's stream) and return without waiting for the GPU.
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError>;
 
+    /// Like [`Fp8Kernel::apply`], on activations already quantized per the layer's
+    /// activation key: `codes` `[M, K]` e4m3 ([`DType::F8E4m3`](crate::DType)) and `scales`
+    /// f32 in the public layout of
+    /// [`activation_scale_shape`](crate::validate::activation_scale_shape) (`[M, ceil(K/G)]`
+    /// row-major for 1 x G groups, `[M, 1]` per token, `[1, 1]` per tensor), as the layer's
+    /// own quantization makes them. The kernel runs its GEMM on them, skipping its
+    /// quantization; given what that quantization would have produced, the output equals
+    /// `apply`'s bit for bit. Same stream, scratch and capture rules as `apply`.
+    ///
+    /// The default returns [`KernelError::PreQuantized`] naming the kernel: kernels that
+    /// read unquantized activations (W8A16) keep it.
+    fn apply_quantized(
+        &mut self,
+        codes: &Tensor<'_>,
+        scales: &Tensor<'_>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let _ = (codes, scales, output);
+        Err(KernelError::PreQuantized {
+            kernel: self.name(),
+            reason: "the kernel has no path for pre-quantized activations".into(),
+        })
+    }
+
     /// Makes `apply` ready for every M from 1 to `max_m` (call after `process_weights`):
     /// the scratch buffers and per-M plans those calls need are made now, so that such a
     /// call allocates nothing, plans nothing and never synchronizes, and so can be captured

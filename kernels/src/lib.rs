@@ -27,6 +27,9 @@
 //! - A layer from a Hugging Face FP8 checkpoint, or from one `.safetensors` file: the
 //!   `fp8-linear-checkpoint` crate, `Checkpoint::open(dir)?.linear(&target, name, &options)`
 //!   or `load_linear(path, name, &target, &options)`.
+//! - Activations your engine already quantized (fused into the op before, such as the
+//!   MLP's SiLU-and-multiply): [`ActivationQuantizer`] (the layer's own quantization, and
+//!   [`ActivationQuantizer::silu_mul`]) and [`Linear::forward_quantized`].
 //! - Why a kernel was or was not chosen: [`Registry::explain`] on [`tables::BUILTIN`].
 //! - A kernel of your own: [`docs::writing_kernels`] (what `apply` receives, what the
 //!   scales mean, extending a built-in table, a complete CPU kernel using the helpers in
@@ -53,11 +56,13 @@ pub mod cpu;
 pub mod cuda;
 pub mod docs;
 mod linear;
+mod quantizer;
 pub mod tables;
 mod target;
 pub mod tensor_parallel;
 
 pub use linear::{Linear, LinearError};
+pub use quantizer::ActivationQuantizer;
 pub use target::Target;
 
 // The core vocabulary an engine author needs, re-exported by name.

@@ -195,15 +195,52 @@ impl Linear {
         output: &mut TensorMut<'_>,
     ) -> Result<(), KernelError> {
         fp8_linear_core::validate::check_io(&self.config, input, output)?;
-        let m = input.shape[0];
-        let Some(&(_, i)) = self.route.iter().find(|(rows, _)| rows.contains(m)) else {
-            return Err(KernelError::shape(
+        let i = self.route_of(input.shape[0], input)?;
+        self.kernels[i].1.apply(input, output)
+    }
+
+    /// `output = dequant(codes, scales) @ W^T (+ bias)`: [`Linear::forward`] on activations
+    /// already quantized per the layer's activation key, skipping the layer's own
+    /// quantization (for engines that fuse it into the op before, such as
+    /// [`ActivationQuantizer::silu_mul`](crate::ActivationQuantizer::silu_mul)):
+    ///
+    /// - `codes`: `[M, K]` e4m3 ([`Tensor::fp8`] on the CPU, device memory of
+    ///   [`DType::F8E4m3`](crate::DType) on a GPU), row-major;
+    /// - `scales`: f32, row-major, `[M, ceil(K / G)]` for 1 x G groups (block checkpoints),
+    ///   `[M, 1]` per token, `[1, 1]` per tensor (static or dynamic), see
+    ///   [`validate::activation_scale_shape`](crate::validate::activation_scale_shape);
+    /// - `output`: `[M, N]` in the layer's output dtype.
+    ///
+    /// The call runs on the kernel the plan gives `M` rows, as `forward` does. With the codes
+    /// and scales an [`ActivationQuantizer`](crate::ActivationQuantizer) of this layer made
+    /// from an input, the output equals `forward`'s on that input bit for bit. The typed
+    /// errors are `forward`'s ([`KernelError::Shape`], [`KernelError::DType`],
+    /// [`KernelError::NonContiguous`], [`KernelError::BufferTooSmall`], for `"codes"`,
+    /// `"scales"` and `"output"`), and [`KernelError::PreQuantized`] for a weight-only layer
+    /// or a kernel that reads unquantized activations (W8A16: Marlin) or has no such path,
+    /// naming it. On a GPU the call enqueues on the layer's stream, allocates nothing after
+    /// [`Linear::prepare`] and can be captured into a CUDA graph, as `forward`.
+    pub fn forward_quantized(
+        &mut self,
+        codes: &Tensor<'_>,
+        scales: &Tensor<'_>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let m = fp8_linear_core::validate::check_quantized_io(&self.config, codes, scales, output)?;
+        let i = self.route_of(m, codes)?;
+        self.kernels[i].1.apply_quantized(codes, scales, output)
+    }
+
+    /// The index of the kernel serving `m` rows (of `input`, named in the error).
+    fn route_of(&self, m: usize, input: &Tensor<'_>) -> Result<usize, KernelError> {
+        match self.route.iter().find(|(rows, _)| rows.contains(m)) {
+            Some(&(_, i)) => Ok(i),
+            None => Err(KernelError::shape(
                 "input",
                 format!("[M, K] with M in the layer's plan ({})", self.plan),
                 format!("{:?}", input.shape),
-            ));
-        };
-        self.kernels[i].1.apply(input, output)
+            )),
+        }
     }
 
     /// Makes `forward` ready for every M from 1 to `max_m`, so that such a call allocates

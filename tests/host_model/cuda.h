@@ -109,6 +109,8 @@ inline u32 __float_as_uint(float f) {
 inline int __float2int_rn(float f) { return (int)std::nearbyint(f); }
 inline float __frcp_rn(float f) { return 1.0f / f; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const uint64_t v = (uint64_t)x | ((uint64_t)y << 32);

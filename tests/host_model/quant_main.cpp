@@ -8,6 +8,11 @@
 // cut (0 c1u1, 1 c2u1, 2 c2u2) lg_lanes units threads grid_x), the upper bound (f32, may be
 // empty), x [M, K] in the dtype. OUTPUT: codes [M, ldq], then the f32 scales ([M, groups] row-major,
 // or [M]).
+//
+// kind 2 (SiLU-and-multiply, then the quantization of h): x is gate_up [M, 2K] in the dtype;
+// silu_mul_NAME makes h [M, K] (f32), then quant_groups_c1u1_f32 (group > 0, with the launch
+// params as for kind 0, cut 0) or quant_rows_f32 (group = 0) quantizes it. OUTPUT: codes,
+// scales as above, then h [M, K] (f32).
 #include "cuda.h"
 #include "ptx.h"
 #include KERNEL_INC
@@ -26,10 +31,32 @@ int main(int argc, char** argv) {
     std::vector<uint4> xv((xb.size() + 15) / 16);
     std::memcpy(xv.data(), xb.data(), xb.size());
     const void* x = xv.data();
-    const int groups = (K + group - 1) / group;
+    const int groups = group > 0 ? (K + group - 1) / group : 1;
     std::vector<u8> q((size_t)M * ldq, 0xee);
-    std::vector<float> s(kind == 0 ? (size_t)M * groups : (size_t)M, -1.0f);
-    if (kind == 0) {
+    const bool grouped = kind == 0 || (kind == 2 && group > 0);
+    std::vector<float> s(grouped ? (size_t)M * groups : (size_t)M, -1.0f);
+    std::vector<float> h;
+    if (kind == 2) {
+        h.assign((size_t)M * K, -1.0f);
+        run_grid(Dim3{3, 1, 1}, 64, 0, [&] {
+            if (dt == 0) silu_mul_f32((const float*)x, h.data(), M, K);
+            if (dt == 1) silu_mul_f16((const u16*)x, h.data(), M, K);
+            if (dt == 2) silu_mul_bf16((const u16*)x, h.data(), M, K);
+        });
+        if (group > 0) {
+            const int lg = p[10], units = p[11], threads = p[12], gx = p[13];
+            const int v = (K % 4 == 0 ? 1 : 0) | ((ldq % 8 == 0) ? 2 : 0);  // as vector_loads
+            const unsigned gy = (unsigned)std::min(M, 65535);
+            run_grid(Dim3{(unsigned)gx, gy, 1}, threads, 0, [&] {
+                quant_groups_c1u1_f32(h.data(), q.data(), s.data(), M, K, ldq, groups, 1, group,
+                                      groups, units, lg, v, ue8m0);
+            });
+        } else {
+            run_grid(Dim3{(unsigned)std::min(M, 3), 1, 1}, 256, 0, [&] {
+                quant_rows_f32(h.data(), q.data(), s.data(), M, K, ldq, nullptr, ue8m0);
+            });
+        }
+    } else if (kind == 0) {
         const int cut = p[9], lg = p[10], units = p[11], threads = p[12], gx = p[13];
         // vec bit 1: 8-byte code stores (the buffer is 8-byte aligned).
         const int v = vec | ((ldq % 8 == 0) ? 2 : 0);
@@ -56,6 +83,7 @@ int main(int argc, char** argv) {
     FILE* o = fopen(argv[2], "wb");
     fwrite(q.data(), 1, q.size(), o);
     fwrite(s.data(), 4, s.size(), o);
+    if (!h.empty()) fwrite(h.data(), 4, h.size(), o);
     fclose(o);
     return 0;
 }

@@ -378,3 +378,19 @@ impl DeviceLayer {
 pub fn first_nan(v: &[f32]) -> Option<usize> {
     v.iter().position(|x| x.is_nan())
 }
+
+/// Every CUDA entry of the built-in tables, each kernel once (in table order).
+pub fn cuda_entries() -> Vec<&'static KernelEntry> {
+    let mut v: Vec<&'static KernelEntry> = Vec::new();
+    for t in fp8_linear::tables::BUILTIN.tables() {
+        if t.platform != fp8_linear::Platform::Cuda {
+            continue;
+        }
+        for e in t.entries {
+            if !v.iter().any(|x| x.name == e.name) {
+                v.push(e);
+            }
+        }
+    }
+    v
+}

@@ -329,3 +329,46 @@ pub fn reference_rows(
     }
     Ok(want)
 }
+
+/// A block layout: `rows x cols` weight blocks, 1 x `cols` dynamic activation groups (what
+/// the checkpoint reader makes of `weight_block_size: [rows, cols]`), with the given scale
+/// dtypes (weight, activation) and input and output dtypes.
+pub fn block_config(
+    (rows, cols): (u32, u32),
+    (wfmt, afmt): (ScaleDtype, ScaleDtype),
+    (n, k): (usize, usize),
+    (input, out): (DType, DType),
+) -> LayerConfig {
+    LayerConfig {
+        weight: QuantKey {
+            group: GroupShape::Block { rows, cols },
+            scale_dtype: wfmt,
+            dynamic: false,
+        },
+        activation: Some(QuantKey {
+            group: GroupShape::Group { cols },
+            scale_dtype: afmt,
+            dynamic: true,
+        }),
+        ..LayerConfig::block_128(n, k, input, out)
+    }
+}
+
+/// Gate values that probe the edges of SiLU-and-multiply: large |g| of both signs (where
+/// `exp(-g)` overflows or underflows), zeros, subnormals, infinities, NaN.
+pub const AWKWARD_GATES: [f32; 14] = [
+    0.0,
+    -0.0,
+    1e-40,
+    -1e-40,
+    88.0,
+    -88.0,
+    -89.0,
+    104.0,
+    -104.5,
+    1e30,
+    -1e30,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    f32::NAN,
+];

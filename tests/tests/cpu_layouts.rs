@@ -21,7 +21,7 @@ use fp8_linear::{
 };
 use fp8_linear_tests::check::{compare, Tolerance};
 use fp8_linear_tests::layers::{
-    nasty_activations, random_activations, reference_rows, HostLayer, WeightGen,
+    block_config, nasty_activations, random_activations, reference_rows, HostLayer, WeightGen,
 };
 use fp8_linear_tests::oracle;
 
@@ -53,31 +53,6 @@ fn is_pow2(s: f32) -> bool {
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
-}
-
-/// A block layout: `rows x cols` weight blocks, 1 x `cols` dynamic activation groups (what
-/// the checkpoint reader makes of `weight_block_size: [rows, cols]`), with the given scale
-/// dtypes.
-fn block_config(
-    (rows, cols): (u32, u32),
-    (wfmt, afmt): (ScaleDtype, ScaleDtype),
-    n: usize,
-    k: usize,
-    out: DType,
-) -> LayerConfig {
-    LayerConfig {
-        weight: QuantKey {
-            group: GroupShape::Block { rows, cols },
-            scale_dtype: wfmt,
-            dynamic: false,
-        },
-        activation: Some(QuantKey {
-            group: GroupShape::Group { cols },
-            scale_dtype: afmt,
-            dynamic: true,
-        }),
-        ..LayerConfig::block_128(n, k, DType::F32, out)
-    }
 }
 
 /// A random layer for `cfg`; its weight scales are powers of two when either key is ue8m0
@@ -201,7 +176,7 @@ fn every_cpu_kernel_runs_every_block_layout_on_ragged_sizes() {
     for block in BLOCKS {
         for modes in SCALE_MODES {
             for &(m, n, k) in &SIZES {
-                let cfg = block_config(block, modes, n, k, DType::F32);
+                let cfg = block_config(block, modes, (n, k), (DType::F32, DType::F32));
                 let layer = random_layer(&cfg);
                 let x = random_activations(m, k);
                 let refs = References::of(&layer, &x, m);
@@ -226,7 +201,7 @@ fn block_layouts_with_bf16_output_and_nasty_activations() {
     let (m, n, k) = (9, 130, 300);
     for block in BLOCKS {
         for modes in SCALE_MODES {
-            let cfg = block_config(block, modes, n, k, DType::Bf16);
+            let cfg = block_config(block, modes, (n, k), (DType::F32, DType::Bf16));
             let layer = random_layer(&cfg);
             let x = nasty_activations(m, k);
             let refs = References::of(&layer, &x, m);
@@ -298,16 +273,14 @@ fn ue8m0_activation_scales_are_powers_of_two_and_change_the_output() {
     let f32_cfg = block_config(
         (32, 32),
         (ScaleDtype::F32, ScaleDtype::F32),
-        n,
-        k,
-        DType::F32,
+        (n, k),
+        (DType::F32, DType::F32),
     );
     let ue_cfg = block_config(
         (32, 32),
         (ScaleDtype::F32, ScaleDtype::Ue8m0),
-        n,
-        k,
-        DType::F32,
+        (n, k),
+        (DType::F32, DType::F32),
     );
     let layer = random_layer(&ue_cfg); // power-of-two weight scales for both
     let x = random_activations(m, k);

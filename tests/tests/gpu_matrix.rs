@@ -38,12 +38,12 @@ use std::collections::HashMap;
 use fp8_linear::cpu::reference::rel_frobenius;
 use fp8_linear::cuda::{HopperBlockFp8, MarlinFp8};
 use fp8_linear::{
-    Capability, DType, GroupShape, KernelEntry, KernelOptions, LayerConfig, Linear, Platform,
-    QuantKey, Registered, ScaleDtype, Target,
+    Capability, DType, GroupShape, KernelEntry, KernelOptions, LayerConfig, Linear, QuantKey,
+    Registered, ScaleDtype, Target,
 };
 use fp8_linear_tests::check::{compare_rows, Tolerance};
 use fp8_linear_tests::gpu::{
-    check_rows, gpu_or_skip, pick_rows, upload_as, AnyBuffer, DeviceLayer,
+    check_rows, cuda_entries, gpu_or_skip, pick_rows, upload_as, AnyBuffer, DeviceLayer,
 };
 use fp8_linear_tests::layers::{random_activations, reference_rows, HostLayer, WeightGen};
 use fp8_linear_tests::skip::try_arch_skip;
@@ -451,22 +451,6 @@ const ROWS: &[Row] = &[
 const QUICK_NK: usize = 1 << 20;
 /// ... and M up to this.
 const QUICK_M: usize = 300;
-
-/// Every CUDA entry of the built-in tables, each kernel once (in table order).
-fn cuda_entries() -> Vec<&'static KernelEntry> {
-    let mut v: Vec<&'static KernelEntry> = Vec::new();
-    for t in fp8_linear::tables::BUILTIN.tables() {
-        if t.platform != Platform::Cuda {
-            continue;
-        }
-        for e in t.entries {
-            if !v.iter().any(|x| x.name == e.name) {
-                v.push(e);
-            }
-        }
-    }
-    v
-}
 
 /// How an entry runs on a GPU of capability `cap`: natively, forced (only its `force_arch`
 /// matches), or not at all.

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::checks::cpu_can_implement;
 use super::gemv;
-use super::host::{to_f32, write_output, ActScratch, HostWeights};
+use super::host::{given_activations, to_f32, write_output, ActScratch, HostWeights};
 
 /// Fast CPU kernel for every FP8 layer kind: the embedded default when there is no GPU.
 #[fp8_kernel(platform = Cpu, priority = 10, backend = cpu)]
@@ -125,6 +125,29 @@ impl Fp8Kernel for CpuFp8Gemm {
         let m = check_io(&c, input, output)?;
         to_f32(name, "input", input, &mut self.act.x)?;
         self.act.quantize(&c, host, m);
+        self.gemm(m, output)
+    }
+
+    fn apply_quantized(
+        &mut self,
+        codes: &Tensor<'_>,
+        scales: &Tensor<'_>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        processed(&mut self.host, Self::NAME)?;
+        let (m, q, s) = given_activations(Self::NAME, &self.config, (codes, scales), output)?;
+        self.act.set_quantized(q, s);
+        self.gemm(m, output)
+    }
+}
+
+impl CpuFp8Gemm {
+    /// The GEMM on the quantized activations in `self.act` (`m` rows), bias, output: the
+    /// part of a call after the activations are quantized.
+    fn gemm(&mut self, m: usize, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
+        let name = Self::NAME;
+        let c = self.config;
+        let host = processed(&mut self.host, name)?;
         self.act.dequantized_into(&c, m, &mut self.a);
         self.acc.clear();
         self.acc.resize(m * c.n, 0.0);

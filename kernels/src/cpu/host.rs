@@ -66,6 +66,55 @@ pub fn to_f32(
     Ok(())
 }
 
+/// The slice of one dtype in a storage, if it holds that dtype.
+type Pick<'t, T> = fn(Storage<'t>) -> Option<&'t [T]>;
+
+/// The first `len` host elements of a tensor (`what`, already checked contiguous and
+/// backed) that `pick` finds in its storage, or the typed error: [`KernelError::Device`] for
+/// device memory, [`KernelError::DType`] naming `want` for another dtype.
+fn host_elements<'t, T>(
+    (kernel, what): (&'static str, &'static str),
+    t: &Tensor<'t>,
+    len: usize,
+    (want, pick): (DType, Pick<'t, T>),
+) -> Result<&'t [T], KernelError> {
+    if let Storage::Device(..) = t.data {
+        return Err(host_only(what, kernel));
+    }
+    match pick(t.data) {
+        Some(s) if s.len() >= len => Ok(&s[..len]),
+        _ => Err(KernelError::DType {
+            what,
+            expected: want.to_string(),
+            got: t.dtype(),
+        }),
+    }
+}
+
+/// The checks of a pre-quantized call (`fp8_linear_core::validate::check_quantized_io`)
+/// and its host codes (`[M, K]`) and scales (as many as the activation key gives M rows):
+/// returns M and both slices. `kernel` names the kernel in errors.
+pub fn given_activations<'t>(
+    kernel: &'static str,
+    config: &LayerConfig,
+    (codes, scales): (&Tensor<'t>, &Tensor<'t>),
+    output: &TensorMut<'_>,
+) -> Result<(usize, &'t [u8], &'t [f32]), KernelError> {
+    let m = fp8_linear_core::validate::check_quantized_io(config, codes, scales, output)?;
+    let count = scales.shape[0] * scales.shape[1];
+    let fp8 = |s| match s {
+        Storage::F8E4m3(s) => Some(s),
+        _ => None,
+    };
+    let f32s = |s| match s {
+        Storage::F32(s) => Some(s),
+        _ => None,
+    };
+    let q = host_elements((kernel, "codes"), codes, m * config.k, (DType::F8E4m3, fp8))?;
+    let s = host_elements((kernel, "scales"), scales, count, (DType::F32, f32s))?;
+    Ok((m, q, s))
+}
+
 /// Writes `acc` (f32, row-major, one value per element of `out`) into the contiguous host
 /// output in its dtype: copied for f32, rounded to nearest for bf16 and f16.
 ///
@@ -184,6 +233,14 @@ impl HostWeights {
         })
     }
 
+    /// The static activation scalars (input scale, per-token bound) the quantization reads.
+    pub fn statics(&self) -> quantize::ActStatics {
+        quantize::ActStatics {
+            input_scale: self.input_scale,
+            input_scale_ub: self.input_scale_ub,
+        }
+    }
+
     /// The scale of weight element `(j, kk)`.
     #[inline]
     pub fn scale(&self, j: usize, kk: usize) -> f32 {
@@ -240,37 +297,26 @@ impl ActScratch {
         let Some(key) = config.activation else {
             return;
         };
-        let fmt = key.scale_dtype;
         self.codes.resize(m * k, 0);
-        match key.group {
-            GroupShape::Group { cols } => {
-                self.scales.resize(m * k.div_ceil(cols as usize), 0.0);
-                quantize::per_token_group_fmt_into(
-                    &self.x,
-                    k,
-                    cols as usize,
-                    fmt,
-                    &mut self.codes,
-                    &mut self.scales,
-                );
-            }
-            GroupShape::PerToken | GroupShape::PerChannel | GroupShape::Block { .. } => {
-                self.scales.resize(m, 0.0);
-                quantize::per_token_fmt_into(
-                    &self.x,
-                    k,
-                    w.input_scale_ub,
-                    fmt,
-                    &mut self.codes,
-                    &mut self.scales,
-                );
-            }
-            GroupShape::PerTensor => {
-                self.scales.resize(1, 0.0);
-                self.scales[0] =
-                    quantize::per_tensor_fmt_into(&self.x, w.input_scale, fmt, &mut self.codes);
-            }
-        }
+        self.scales.resize(quantize::scale_count(key, m, k), 0.0);
+        quantize::per_key_into(
+            key,
+            k,
+            w.statics(),
+            &self.x,
+            &mut self.codes,
+            &mut self.scales,
+        );
+    }
+
+    /// Takes pre-quantized activations instead of quantizing `self.x`: `codes` (`[m, k]`)
+    /// and `scales` (as [`ActScratch::quantize`] leaves them) are copied into the scratch,
+    /// so [`ActScratch::dequantized_into`] and [`ActScratch::scale`] read them.
+    pub fn set_quantized(&mut self, codes: &[u8], scales: &[f32]) {
+        self.codes.clear();
+        self.codes.extend_from_slice(codes);
+        self.scales.clear();
+        self.scales.extend_from_slice(scales);
     }
 
     /// Scale of activation element `(i, kk)` after [`ActScratch::quantize`].

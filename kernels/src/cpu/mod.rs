@@ -10,6 +10,7 @@ pub mod host;
 pub mod quantize;
 pub mod reference;
 mod reference_kernel;
+pub mod silu;
 
 pub use fast::{sgemm_abt, CpuFp8Gemm};
 pub use reference_kernel::CpuReference;

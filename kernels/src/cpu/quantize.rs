@@ -13,7 +13,7 @@
 use fp8_linear_core::fp8::{
     f32_to_e4m3, group_scale, quantize_row_groups_as, scale_as, E4M3_MAX, MIN_ABSMAX,
 };
-use fp8_linear_core::quant::ScaleDtype;
+use fp8_linear_core::quant::{GroupShape, QuantKey, ScaleDtype};
 
 /// Dynamic per-token-group quantization of a row-major `[m, k]` matrix: returns the FP8
 /// codes `[m, k]` and the scales `[m, ceil(k / group)]` (row-major). f32 scales: see
@@ -103,4 +103,51 @@ pub fn per_tensor_fmt_into(x: &[f32], scale: Option<f32>, fmt: ScaleDtype, q: &m
         *o = f32_to_e4m3(*v / scale);
     }
     scale
+}
+
+/// The layer tensors a quantization reads besides the activations: the static per-tensor
+/// `input_scale` and the per-token upper bound `input_scale_ub`, as host f32 values.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct ActStatics {
+    /// The static per-tensor scale (static activation keys).
+    pub input_scale: Option<f32>,
+    /// The upper bound of dynamic per-token scales.
+    pub input_scale_ub: Option<f32>,
+}
+
+/// Quantizes `x` (`[m, k]` row-major, `m = x.len() / k`) per the activation key `key`, the
+/// one dispatch every CPU path goes through (the fast kernels' [`super::host::ActScratch`]
+/// and the public activation quantizer): codes into `q` (`m * k`), scales into `s`
+/// (`m * ceil(k / G)` for 1 x G groups, `m` per token, 1 per tensor). Per-channel and block
+/// keys (which no activation is quantized with; `cpu_can_implement` refuses them) are
+/// quantized per token.
+///
+/// # Panics
+/// When `q` or `s` is shorter than said above.
+pub fn per_key_into(
+    key: QuantKey,
+    k: usize,
+    statics: ActStatics,
+    x: &[f32],
+    q: &mut [u8],
+    s: &mut [f32],
+) {
+    let fmt = key.scale_dtype;
+    match key.group {
+        GroupShape::Group { cols } => per_token_group_fmt_into(x, k, cols as usize, fmt, q, s),
+        GroupShape::PerToken | GroupShape::PerChannel | GroupShape::Block { .. } => {
+            per_token_fmt_into(x, k, statics.input_scale_ub, fmt, q, s)
+        }
+        GroupShape::PerTensor => s[0] = per_tensor_fmt_into(x, statics.input_scale, fmt, q),
+    }
+}
+
+/// The number of activation scales of `m` rows of `k` columns under `key` (the length
+/// [`per_key_into`] writes).
+pub fn scale_count(key: QuantKey, m: usize, k: usize) -> usize {
+    match key.group {
+        GroupShape::Group { cols } => m * k.div_ceil(cols as usize),
+        GroupShape::PerTensor => 1,
+        _ => m,
+    }
 }

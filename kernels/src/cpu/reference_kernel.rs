@@ -19,6 +19,7 @@ use fp8_linear_core::{
 use half::{bf16, f16};
 
 use super::checks::cpu_can_implement;
+use super::host::given_activations;
 use super::reference::{
     e4m3_f64, quantize_groups_fmt, quantize_per_tensor_fmt, quantize_per_token_fmt,
 };
@@ -166,7 +167,7 @@ impl Fp8Kernel for CpuReference {
         let c = self.config;
         let w = processed(&mut self.weights, name)?;
         let m = check_io(&c, input, output)?;
-        let (n, k) = (c.n, c.k);
+        let k = c.k;
         let x = read_f32(name, "input", input)?;
         // The activations as the layer multiplies them, in f64 (code value times scale is
         // exact: 4 significant bits times 24).
@@ -211,24 +212,71 @@ impl Fp8Kernel for CpuReference {
                     .collect()
             }
         };
-        let mut acc = vec![0f64; m * n];
-        let mut row = vec![0f64; k];
-        for j in 0..n {
-            for (kk, v) in row.iter_mut().enumerate() {
-                *v = e4m3_f64(w.codes[j * k + kk]) * w.scale(c.weight.group, j, kk);
-            }
-            let b = w.bias.as_ref().map_or(0.0, |b| b[j]);
-            for i in 0..m {
-                let s: f64 = a[i * k..(i + 1) * k]
-                    .iter()
-                    .zip(&row)
-                    .map(|(x, y)| x * y)
-                    .sum();
-                acc[i * n + j] = s + b;
-            }
-        }
-        write_rounded(name, &acc, output)
+        gemm_f64(&c, w, &a, m, output)
     }
+
+    /// The given codes and scales dequantized in f64 (each code value times its scale, by
+    /// the public layout: `[M, ceil(K/G)]`, `[M, 1]` or `[1, 1]`), then the same f64 GEMM.
+    fn apply_quantized(
+        &mut self,
+        codes: &Tensor<'_>,
+        scales: &Tensor<'_>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let c = self.config;
+        let w = processed(&mut self.weights, Self::NAME)?;
+        let (m, q, s) = given_activations(Self::NAME, &c, (codes, scales), output)?;
+        let k = c.k;
+        let per_row = scales.shape[1];
+        let a: Vec<f64> = match c.activation.map(|a| a.group) {
+            Some(GroupShape::Group { cols }) => q
+                .iter()
+                .enumerate()
+                .map(|(idx, &b)| {
+                    let sc = s[(idx / k) * per_row + (idx % k) / cols as usize];
+                    e4m3_f64(b) * f64::from(sc)
+                })
+                .collect(),
+            Some(GroupShape::PerTensor) => {
+                q.iter().map(|&b| e4m3_f64(b) * f64::from(s[0])).collect()
+            }
+            _ => q
+                .iter()
+                .enumerate()
+                .map(|(idx, &b)| e4m3_f64(b) * f64::from(s[idx / k]))
+                .collect(),
+        };
+        gemm_f64(&c, w, &a, m, output)
+    }
+}
+
+/// `output = a @ W^T + bias` with the weights dequantized in f64, each result rounded once.
+fn gemm_f64(
+    c: &LayerConfig,
+    w: &RefWeights,
+    a: &[f64],
+    m: usize,
+    output: &mut TensorMut<'_>,
+) -> Result<(), KernelError> {
+    let name = CpuReference::NAME;
+    let (n, k) = (c.n, c.k);
+    let mut acc = vec![0f64; m * n];
+    let mut row = vec![0f64; k];
+    for j in 0..n {
+        for (kk, v) in row.iter_mut().enumerate() {
+            *v = e4m3_f64(w.codes[j * k + kk]) * w.scale(c.weight.group, j, kk);
+        }
+        let b = w.bias.as_ref().map_or(0.0, |b| b[j]);
+        for i in 0..m {
+            let s: f64 = a[i * k..(i + 1) * k]
+                .iter()
+                .zip(&row)
+                .map(|(x, y)| x * y)
+                .sum();
+            acc[i * n + j] = s + b;
+        }
+    }
+    write_rounded(name, &acc, output)
 }
 
 /// Writes the f64 results into the host output, each rounded once (to nearest even) to the

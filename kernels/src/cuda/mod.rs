@@ -32,6 +32,7 @@
 //! touches no cudarc event either.
 
 mod gemm;
+pub(crate) mod prequant;
 pub mod quant;
 mod skeleton;
 pub mod sources;

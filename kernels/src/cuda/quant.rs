@@ -19,7 +19,7 @@ use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::{function, CudaError, Gpu, LoadStats};
 
 use super::skeleton::dtype::{float_slot, FLOAT_NAMES};
-use super::skeleton::launch::{blocks, grid, launch, per_float, THREADS};
+use super::skeleton::launch::{blocks, elementwise, grid, launch, per_float, THREADS};
 use super::skeleton::scratch::Scratch;
 use super::sources;
 
@@ -72,6 +72,21 @@ pub enum ScaleOrder {
     ColMajor,
     /// `s[g * ld + m]` with `ld >= M` (M fastest, rows padded, e.g. to a multiple of 4).
     ColMajorLd(usize),
+}
+
+impl ScaleOrder {
+    /// The strides `(per row, per group)` of the scale of `(row, g)` for `m` rows of
+    /// `groups` scales; an `ld` below `m` is an error.
+    pub fn strides(self, m: usize, groups: usize) -> Result<(i64, i64), CudaError> {
+        match self {
+            ScaleOrder::RowMajor => Ok((groups as i64, 1)),
+            ScaleOrder::ColMajor => Ok((1, m as i64)),
+            ScaleOrder::ColMajorLd(ld) if ld >= m => Ok((1, ld as i64)),
+            ScaleOrder::ColMajorLd(ld) => Err(CudaError::InvalidArgument(format!(
+                "scale leading dimension {ld} < M = {m}"
+            ))),
+        }
+    }
 }
 
 /// The three cuts of the group quantization kernel (`quant_groups_cCuU` in `cu/quant.cu`):
@@ -174,6 +189,11 @@ pub fn group_launch(
     })
 }
 
+/// The alignment (bytes) of given pre-quantized codes and scales that the GEMMs read in
+/// place: cuBLASLt plans assume 256-byte aligned operands (the alignment of the scratch they
+/// were planned with), the other kernels 16.
+pub const PASS_ALIGN: u64 = 256;
+
 /// The quantization kernels, loaded on one GPU.
 pub struct ActQuant {
     gpu: Arc<Gpu>,
@@ -184,6 +204,8 @@ pub struct ActQuant {
     absmax: [CudaFunction; 3],
     tensor: [CudaFunction; 3],
     pad_rows: CudaFunction,
+    silu_mul: [CudaFunction; 3],
+    place_scales: CudaFunction,
     stats: LoadStats,
 }
 
@@ -248,6 +270,8 @@ impl ActQuant {
             absmax: per_float(&module, "absmax", None)?,
             tensor: per_float(&module, "quant_tensor", None)?,
             pad_rows: function(&module, "pad_rows_u8")?,
+            silu_mul: per_float(&module, "silu_mul", None)?,
+            place_scales: function(&module, "place_scales")?,
             _module: module,
             stats,
         })
@@ -285,16 +309,7 @@ impl ActQuant {
             )));
         }
         let groups = k.div_ceil(g);
-        let (s_row, s_col): (i64, i64) = match order {
-            ScaleOrder::RowMajor => (groups as i64, 1),
-            ScaleOrder::ColMajor => (1, m as i64),
-            ScaleOrder::ColMajorLd(ld) if ld >= m => (1, ld as i64),
-            ScaleOrder::ColMajorLd(ld) => {
-                return Err(CudaError::InvalidArgument(format!(
-                    "scale leading dimension {ld} < M = {m}"
-                )))
-            }
-        };
+        let (s_row, s_col) = order.strides(m, groups)?;
         let shape = group_launch(group_cut(m, k, dtype), m, ldq, g)?;
         let vec = vector_loads(x, dtype, k) as i32
             | (((q.is_multiple_of(8) && ldq.is_multiple_of(8)) as i32) << 1);
@@ -420,6 +435,104 @@ impl ActQuant {
             .arg(&ue);
         // SAFETY: the caller vouches for the buffers; the arguments match `quant_tensor`.
         unsafe { launch(b, blocks((gx, gy, 1)), "quant_tensor") }
+    }
+
+    /// SiLU-and-multiply (`cu/quant.cu`'s `silu_mul`, bit-identical to
+    /// [`crate::cpu::silu::silu_mul`]): `h` (`[m, k]` f32) = SiLU(gate) * up of `x`
+    /// (`[m, 2k]` of `dtype`, gate first).
+    ///
+    /// # Safety
+    /// As for [`ActQuant::groups`]; `x` holds `m * 2k` elements, `h` `m * k` floats.
+    pub unsafe fn silu_mul(
+        &self,
+        x: u64,
+        dtype: DType,
+        (m, k): (usize, usize),
+        h: u64,
+    ) -> Result<(), CudaError> {
+        let (t, mi, ki, _) = quant_dims("SiLU-and-multiply", dtype, m, k, k)?;
+        i32_of("2K", 2 * k)?;
+        let mut b = self.gpu.stream().launch_builder(&self.silu_mul[t]);
+        b.arg(&x).arg(&h).arg(&mi).arg(&ki);
+        // SAFETY: the caller vouches for the buffers; the arguments match `silu_mul`.
+        unsafe { launch(b, elementwise(m * k), "silu_mul") }
+    }
+
+    /// Pre-quantized codes (`[m, k]` at `src`) as a GEMM reads them: `rows >= m` rows with
+    /// row stride `ldk`. Returns `src` itself when it already is that (`rows == m`,
+    /// `ldk == k`, aligned to [`PASS_ALIGN`]), else copies it into `dst` (`rows * ldk` bytes; columns
+    /// `k..ldk` zeroed, rows past `m` left as they are) and returns `dst`.
+    ///
+    /// # Safety
+    /// As for [`ActQuant::groups`]; `src` holds `m * k` bytes, `dst` `rows * ldk`.
+    pub unsafe fn given_codes(
+        &self,
+        src: u64,
+        (m, k): (usize, usize),
+        (rows, ldk): (usize, usize),
+        dst: u64,
+    ) -> Result<u64, CudaError> {
+        if rows == m && ldk == k && src.is_multiple_of(PASS_ALIGN) {
+            return Ok(src);
+        }
+        // SAFETY: the caller vouches for both buffers (m <= rows rows are copied).
+        unsafe { self.pad_rows(src, dst, m, k, ldk)? };
+        Ok(dst)
+    }
+
+    /// Pre-quantized scales (`m` rows of `groups`, row-major at `src`; one row for every row
+    /// when `broadcast`) in a GEMM's `order`: `src` itself when it already is that (and
+    /// aligned to [`PASS_ALIGN`]), else placed into `dst` ([`ActQuant::place_scales`]) and `dst`.
+    ///
+    /// # Safety
+    /// As for [`ActQuant::place_scales`].
+    pub unsafe fn given_scales(
+        &self,
+        src: u64,
+        (m, groups, broadcast): (usize, usize, bool),
+        dst: u64,
+        order: ScaleOrder,
+    ) -> Result<u64, CudaError> {
+        let column = groups == 1 || m == 1;
+        let same = match order {
+            ScaleOrder::RowMajor => true,
+            ScaleOrder::ColMajor => column,
+            ScaleOrder::ColMajorLd(ld) => column && ld == m,
+        };
+        if same && !broadcast && src.is_multiple_of(PASS_ALIGN) {
+            return Ok(src);
+        }
+        // SAFETY: the caller vouches for both buffers.
+        unsafe { self.place_scales(src, (m, groups, broadcast), dst, order)? };
+        Ok(dst)
+    }
+
+    /// Copies the f32 scales of pre-quantized activations, `m` rows of `groups` at `src`
+    /// (row-major; with `broadcast`, one row read for every row), into `dst` in `order`.
+    ///
+    /// # Safety
+    /// As for [`ActQuant::groups`]; `src` holds `groups` floats (broadcast) or `m * groups`,
+    /// `dst` the `m` rows of `groups` in `order`.
+    pub unsafe fn place_scales(
+        &self,
+        src: u64,
+        (m, groups, broadcast): (usize, usize, bool),
+        dst: u64,
+        order: ScaleOrder,
+    ) -> Result<(), CudaError> {
+        let (d_row, d_col) = order.strides(m, groups)?;
+        let (mi, gi) = (i32_of("M", m)?, i32_of("groups", groups)?);
+        let s_row = if broadcast { 0i64 } else { groups as i64 };
+        let mut b = self.gpu.stream().launch_builder(&self.place_scales);
+        b.arg(&src)
+            .arg(&dst)
+            .arg(&mi)
+            .arg(&gi)
+            .arg(&s_row)
+            .arg(&d_row)
+            .arg(&d_col);
+        // SAFETY: the caller vouches for both buffers; the arguments match `place_scales`.
+        unsafe { launch(b, elementwise(m * groups), "place_scales") }
     }
 
     /// Copies `rows` rows of `cols` bytes from `src` into rows of `ld` bytes at `dst`,

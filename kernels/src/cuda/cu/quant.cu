@@ -203,3 +203,77 @@ extern "C" __global__ void pad_rows_u8(const u8* __restrict__ src, u8* __restric
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < ld; c += gridDim.x * blockDim.x)
             dst[(long long)r * ld + c] = c < cols ? src[(long long)r * cols + c] : (u8)0;
 }
+
+// The MLP activation before the down projection's quantization: h = SiLU(gate) * up with
+// SiLU(g) = g / (1 + exp(-g)), in f32, bit-identical to kernels/src/cpu/silu.rs: the same
+// correctly rounded operations in the same order, each written as an intrinsic (fmaf,
+// rintf, __fmul_rn, __fadd_rn, __fdiv_rn) so that no contraction (NVRTC's --fmad default)
+// can merge them differently than the CPU runs them.
+
+// 2^e for e in the normal exponent range -126..127, from its bits.
+__device__ __forceinline__ float pow2_f32(int e) { return __uint_as_float((u32)(e + 127) << 23); }
+
+// exp(x): n = rint(x log2 e), r = x - n ln 2 in two fused steps (ln 2 = 0x1.62e4p-1 +
+// 0x1.7f7d1cp-20), e^r by Horner's rule on 1/j! rounded to f32 (j = 7 down to 0) in fused
+// multiply-adds, then r * 2^n in one or two products (two when 2^n is not a normal f32).
+// Inputs clamped to [-104, 89], where exp is 0 below and infinite above; NaN stays NaN.
+__device__ __forceinline__ float exp_f32(float x) {
+    if (x != x) return x;
+    x = fminf(fmaxf(x, -104.0f), 89.0f);
+    const float n = rintf(__fmul_rn(x, 0x1.715476p+0f));
+    float r = fmaf(-n, 0x1.62e4p-1f, x);
+    r = fmaf(-n, 0x1.7f7d1cp-20f, r);
+    float p = 0x1.a01a02p-13f;
+    p = fmaf(p, r, 0x1.6c16c2p-10f);
+    p = fmaf(p, r, 0x1.111112p-7f);
+    p = fmaf(p, r, 0x1.555556p-5f);
+    p = fmaf(p, r, 0x1.555556p-3f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    const int e = (int)n;
+    if (e > 127) return __fmul_rn(__fmul_rn(p, pow2_f32(127)), pow2_f32(e - 127));
+    if (e < -126) return __fmul_rn(__fmul_rn(p, pow2_f32(e + 64)), pow2_f32(-64));
+    return __fmul_rn(p, pow2_f32(e));
+}
+
+// SiLU(g) * u = (g / (1 + exp(-g))) * u, each operation rounded once (IEEE division).
+__device__ __forceinline__ float silu_mul_f32(float g, float u) {
+    const float d = __fadd_rn(1.0f, exp_f32(-g));
+    return __fmul_rn(__fdiv_rn(g, d), u);
+}
+
+// h [M, K] (f32) from gate_up [M, 2K] (gate = columns 0..K, up = K..2K), grid-stride.
+template <int T>
+__device__ void silu_mul_rows(const typename In<T>::E* __restrict__ x, float* __restrict__ h,
+                              int M, int K) {
+    const long long n = (long long)M * K;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long row = i / K, col = i - row * K;
+        const typename In<T>::E* xr = x + row * 2 * K;
+        h[i] = silu_mul_f32(In<T>::cvt(xr[col]), In<T>::cvt(xr[K + col]));
+    }
+}
+
+#define INSTANTIATE_SILU(T, NAME)                                                               \
+    extern "C" __global__ void silu_mul_##NAME(const In<T>::E* x, float* h, int M, int K) {      \
+        silu_mul_rows<T>(x, h, M, K);                                                           \
+    }
+
+INSTANTIATE_SILU(0, f32)
+INSTANTIATE_SILU(1, f16)
+INSTANTIATE_SILU(2, bf16)
+
+// Scales of pre-quantized activations (row-major [M, G], or one row read M times when
+// s_row = 0) into the order a GEMM reads: dst[row * d_row + g * d_col] = src[row * s_row + g].
+extern "C" __global__ void place_scales(const float* __restrict__ src, float* __restrict__ dst,
+                                        int M, int G, long long s_row, long long d_row,
+                                        long long d_col) {
+    const long long n = (long long)M * G;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long row = i / G, g = i - row * G;
+        dst[row * d_row + g * d_col] = src[row * s_row + g];
+    }
+}

@@ -14,7 +14,7 @@ use fp8_linear_core::{
 use fp8_linear_cuda::cublaslt::ScaleMode;
 use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
-use crate::cuda::quant::{ue8m0_activations, ActQuant};
+use crate::cuda::quant::{ue8m0_activations, ActQuant, ScaleOrder};
 use crate::cuda::skeleton::error::{be, be_at};
 use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::lt_gemm::{lt_layer_checks, LtGemm};
@@ -109,6 +109,16 @@ impl State {
     }
 }
 
+impl State {
+    /// The GEMM of `m` rows on the codes `q` (`[m, ldk]`) and activation scales `a_s`.
+    fn gemm_on(&mut self, m: usize, (q, a_s): (u64, u64), out: u64) -> Result<(), KernelError> {
+        let w = self.w.codes.ptr();
+        // SAFETY: weight n*ldk bytes with its scales, activations m*ldk bytes with theirs,
+        // output m*n (check_io); all on this GPU.
+        unsafe { self.gemm.run(m, w, self.ws.ptr(), q, a_s, out) }.map_err(be_at(self.kernel, m))
+    }
+}
+
 impl Recipe for State {
     type Knobs = ();
     type Plan = ();
@@ -137,12 +147,30 @@ impl Recipe for State {
         call: Call<'_>,
         _: (),
         (q, a_s, amax): (u64, u64, u64),
-        (m, x, out): Io,
+        io: Io,
     ) -> Result<(), KernelError> {
         let c = call.c;
         let kernel = self.kernel;
         let (k, ldk) = (c.k, self.w.ldk);
         let act = c.activation.expect("checked by can_implement");
+        let Io(m, x, out, _) = io;
+        if let Some((given_q, given_s)) = io.pre_quantized() {
+            // Per token: [M, 1] scales; per tensor: [1, 1], read once per row by the
+            // outer-vector mode.
+            let rows = if self.per_row { m } else { 1 };
+            let broadcast = self.per_row && matches!(act.group, GroupShape::PerTensor);
+            // SAFETY: the given codes hold m*k bytes and the scales their [M, 1] or [1, 1]
+            // (check_quantized_io), the scratch m*ldk bytes and m floats; all on this GPU.
+            let (q, a_s) = unsafe {
+                let q = self.quant.given_codes(given_q.ptr, (m, k), (m, ldk), q);
+                let s = (rows, 1, broadcast);
+                let a_s = self
+                    .quant
+                    .given_scales(given_s.ptr, s, a_s, ScaleOrder::RowMajor);
+                (q.map_err(be(kernel))?, a_s.map_err(be(kernel))?)
+            };
+            return self.gemm_on(m, (q, a_s), out.ptr);
+        }
         let fixed =
             if act.dynamic {
                 None
@@ -188,10 +216,7 @@ impl Recipe for State {
             }
         }
         .map_err(be(kernel))?;
-        let w = self.w.codes.ptr();
-        // SAFETY: weight n*ldk bytes with its scales, activations m*ldk bytes with theirs,
-        // output m*n (check_io); all on this GPU.
-        unsafe { self.gemm.run(m, w, self.ws.ptr(), q, a_s, out.ptr) }.map_err(be_at(kernel, m))
+        self.gemm_on(m, (q, a_s), out.ptr)
     }
 }
 
@@ -269,6 +294,15 @@ impl Fp8Kernel for CublasLtFp8PerTensor {
         self.0.apply(input, output)
     }
 
+    fn apply_quantized(
+        &mut self,
+        codes: &Tensor<'_>,
+        scales: &Tensor<'_>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        self.0.apply_quantized(codes, scales, output)
+    }
+
     fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {
         self.0.prepare(max_m)
     }
@@ -322,6 +356,15 @@ impl Fp8Kernel for CublasLtFp8Rowwise {
 
     fn apply(&mut self, input: &Tensor<'_>, output: &mut TensorMut<'_>) -> Result<(), KernelError> {
         self.0.apply(input, output)
+    }
+
+    fn apply_quantized(
+        &mut self,
+        codes: &Tensor<'_>,
+        scales: &Tensor<'_>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        self.0.apply_quantized(codes, scales, output)
     }
 
     fn prepare(&mut self, max_m: usize) -> Result<(), KernelError> {

@@ -223,6 +223,11 @@ impl Recipe for State {
 
     const MAX_M: usize = DECODE_MAX_M;
 
+    const NO_PRE_QUANTIZED: Option<&'static str> = Some(
+        "it quantizes its activations inside its GEMM (one launch) and has no path for given \
+         codes yet; build the layer with the plan's next block kernel for pre-quantized calls",
+    );
+
     fn plan(&self, call: Call<'_>, max_splits: &usize) -> Result<Plan, KernelError> {
         let (c, gpu, m) = (call.c, call.gpu, call.m);
         Ok(Plan::new(c, gpu, *max_splits, m))
@@ -243,7 +248,7 @@ impl Recipe for State {
         call: Call<'_>,
         p: Plan,
         ws: u64,
-        (m, x, out): Io,
+        Io(m, x, out, _): Io,
     ) -> Result<(), KernelError> {
         let (c, gpu) = (call.c, call.gpu);
         let state = self;

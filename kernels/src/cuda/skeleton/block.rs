@@ -11,12 +11,11 @@ use std::sync::Arc;
 
 use fp8_linear_core::quant::GroupShape;
 use fp8_linear_core::validate::check_config_basics;
-use fp8_linear_core::{
-    DType, DeviceMemory, KernelError, LayerConfig, LayerWeights, SharedWeights, Unsupported,
-};
+use fp8_linear_core::{DType, KernelError, LayerConfig, LayerWeights, SharedWeights, Unsupported};
 use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 
 use super::error::{be, be_at};
+use super::layer::Io;
 use super::weights::DeviceWeights;
 use crate::cuda::quant::{ActQuant, GroupQuantBuffers, Grouping, ScaleOrder};
 
@@ -309,28 +308,54 @@ impl BlockLayer {
         self.act.keep_retired();
     }
 
-    /// Quantizes the input (`m` rows at `x`, checked by the skeleton's `GpuLayer::apply`)
-    /// per 1 x C group into the layer's scratch in the kernel's [`ActLayout`], enqueued on `gpu`'s
-    /// stream. Call [`BlockLayer::reserve`] for `m` first: then nothing is allocated.
+    /// Quantizes the input (`m` rows at `io.1`, checked by the skeleton's `GpuLayer::apply`)
+    /// per 1 x C group into the layer's scratch in the kernel's [`ActLayout`], enqueued on
+    /// `gpu`'s stream; or, for a pre-quantized call (`io.3`, from
+    /// `GpuLayer::apply_quantized`), takes the given codes and row-major scales: passed as
+    /// they are where they already are what the kernel reads (rows of `ldk = K` bytes,
+    /// 16-byte aligned, no padded rows; row-major scales, or one group), else copied into
+    /// the scratch in the kernel's layout. Call [`BlockLayer::reserve`] for `m` first: then
+    /// nothing is allocated.
     pub fn quantize(
         &mut self,
         kernel: &'static str,
         config: &LayerConfig,
         gpu: &Arc<Gpu>,
-        (m, x, out): (usize, DeviceMemory, DeviceMemory),
+        io: Io,
     ) -> Result<BlockCall, KernelError> {
+        let Io(m, x, out, _) = io;
         let (rows, order) = self.layout.for_rows(m);
-        // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU.
-        let (codes, scales) = unsafe {
-            self.act.quantize(
-                &self.quant,
-                gpu,
-                x.ptr,
-                config.input_dtype,
-                (m, config.k, rows, self.weights.w.ldk),
-                self.grouping,
-                order,
-            )
+        let (k, ldk) = (config.k, self.weights.w.ldk);
+        let (codes, scales) = match io.pre_quantized() {
+            None => {
+                // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU.
+                unsafe {
+                    self.act.quantize(
+                        &self.quant,
+                        gpu,
+                        x.ptr,
+                        config.input_dtype,
+                        (m, k, rows, ldk),
+                        self.grouping,
+                        order,
+                    )
+                }
+            }
+            Some((q, s)) => {
+                let groups = k.div_ceil(self.grouping.cols);
+                self.act
+                    .reserve(gpu, rows, (k, self.grouping.cols), ldk)
+                    .and_then(|(dq, ds)| {
+                        // SAFETY: q holds m * k bytes and s m * groups floats (checked by
+                        // check_quantized_io) on this GPU; the scratch rows * ldk bytes and
+                        // rows * groups floats.
+                        unsafe {
+                            let codes = self.quant.given_codes(q.ptr, (m, k), (rows, ldk), dq)?;
+                            let g = (m, groups, false);
+                            Ok((codes, self.quant.given_scales(s.ptr, g, ds, order)?))
+                        }
+                    })
+            }
         }
         .map_err(be_at(kernel, m))?;
         Ok(BlockCall {

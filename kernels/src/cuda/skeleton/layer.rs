@@ -8,17 +8,37 @@
 use std::sync::Arc;
 
 use fp8_linear_core::kernel::processed;
+use fp8_linear_core::validate::check_quantized_io;
 use fp8_linear_core::{
     BuildCtx, DeviceMemory, KernelError, LayerConfig, SharedWeights, Tensor, TensorMut,
 };
 use fp8_linear_cuda::Gpu;
 
-use super::device_io::{check_row_count, device_io, gpu_of};
+use super::device_io::{check_row_count, device_in, device_io, device_out, gpu_of, same_device};
 use super::error::be_at;
 use super::scratch::Scratch;
 
-/// A call's checked input and output: M, the input's and the output's device memory.
-pub type Io = (usize, DeviceMemory, DeviceMemory);
+/// A call's checked input and output: M (`.0`), the input's device memory (`.1`: the
+/// unquantized activations, or the codes `[M, K]` of a pre-quantized call), the output's
+/// (`.2`), and the scales of a pre-quantized call (`.3`, in the public row-major layout of
+/// `validate::activation_scale_shape`; None when the kernel quantizes `.1` itself). A kernel
+/// whose GEMM reads `.1` directly as unquantized input must check `.3` first; the block
+/// kernels hand the whole `Io` to [`BlockLayer::quantize`](super::block::BlockLayer::quantize),
+/// which takes either.
+#[derive(Copy, Clone, Debug)]
+pub struct Io(
+    pub usize,
+    pub DeviceMemory,
+    pub DeviceMemory,
+    pub Option<DeviceMemory>,
+);
+
+impl Io {
+    /// The codes and scales of a pre-quantized call.
+    pub fn pre_quantized(&self) -> Option<(DeviceMemory, DeviceMemory)> {
+        self.3.map(|s| (self.1, s))
+    }
+}
 
 /// What every step of a call sees: the layer, its GPU and the call's rows.
 #[derive(Copy, Clone)]
@@ -74,6 +94,11 @@ pub trait Recipe: Send {
     /// The most rows one call takes: more is refused by name before anything else, and
     /// `prepare` stops there.
     const MAX_M: usize = usize::MAX;
+
+    /// Why the kernel cannot run on pre-quantized activations (None: it can, its `enqueue`
+    /// takes an [`Io`] with scales); `apply_quantized` refuses with this reason before
+    /// anything else.
+    const NO_PRE_QUANTIZED: Option<&'static str> = None;
 
     /// The launch of a call.
     fn plan(&self, call: Call<'_>, knobs: &Self::Knobs) -> Result<Self::Plan, KernelError>;
@@ -160,12 +185,51 @@ impl<S: Recipe> GpuLayer<S> {
             ));
         }
         // The input and output as device memory of the layer's GPU, against the layer.
-        let io = device_io(kernel, c, gpu, input, output)?;
-        check_row_count(input, io.0, c.n)?;
-        let call = Call { c, gpu, m: io.0 };
+        let (m, x, out) = device_io(kernel, c, gpu, input, output)?;
+        check_row_count(input, m, c.n)?;
+        let call = Call { c, gpu, m };
         let plan = st.plan(call, knobs)?;
         let scratch = st.reserve(call, &plan)?;
-        st.enqueue(call, plan, scratch, io)
+        st.enqueue(call, plan, scratch, Io(m, x, out, None))
+    }
+
+    /// [`GpuLayer::apply`] on pre-quantized activations (see `Fp8Kernel::apply_quantized`):
+    /// the same checks on the codes, scales and output, then the same steps, the scales
+    /// handed to `enqueue` in [`Io`]'s `.3`. A kernel with [`Recipe::NO_PRE_QUANTIZED`] is
+    /// refused first.
+    pub fn apply_quantized(
+        &mut self,
+        knobs: &S::Knobs,
+        (codes, scales): (&Tensor<'_>, &Tensor<'_>),
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let kernel = self.kernel;
+        if let Some(reason) = S::NO_PRE_QUANTIZED {
+            return Err(KernelError::PreQuantized {
+                kernel,
+                reason: reason.into(),
+            });
+        }
+        let (c, gpu, st) = self.processed()?;
+        let m = check_quantized_io(c, codes, scales, output)?;
+        if m > S::MAX_M {
+            return Err(KernelError::shape(
+                "codes",
+                format!("[M, K] with M <= {} (the rows {kernel} takes)", S::MAX_M),
+                format!("{:?}", codes.shape),
+            ));
+        }
+        let q = device_in(kernel, "codes", codes)?;
+        let s = device_in(kernel, "scales", scales)?;
+        let out = device_out(kernel, "output", output)?;
+        for (what, mem) in [("codes", &q), ("scales", &s), ("output", &out)] {
+            same_device(what, mem, gpu)?;
+        }
+        check_row_count(codes, m, c.n)?;
+        let call = Call { c, gpu, m };
+        let plan = st.plan(call, knobs)?;
+        let scratch = st.reserve(call, &plan)?;
+        st.enqueue(call, plan, scratch, Io(m, q, out, Some(s)))
     }
 
     /// Makes every M from 1 to `max_m` (at most [`Recipe::MAX_M`]) ready: its plan and
@@ -183,8 +247,8 @@ impl<S: Recipe> GpuLayer<S> {
     }
 }
 
-/// The `apply` and `prepare` of a kernel on the skeleton, inside its `impl Fp8Kernel`:
-/// `skeleton_calls!(layer, |k| k.max_splits)` runs both on the `GpuLayer` in the kernel's
+/// The `apply`, `apply_quantized` and `prepare` of a kernel on the skeleton, inside its
+/// `impl Fp8Kernel`: `skeleton_calls!(layer, |k| k.max_splits)` runs them on the `GpuLayer` in the kernel's
 /// field `layer` with the knobs the closure reads off the kernel.
 macro_rules! skeleton_calls {
     ($layer:ident, $knobs:expr) => {
@@ -195,6 +259,16 @@ macro_rules! skeleton_calls {
         ) -> Result<(), fp8_linear_core::KernelError> {
             let knobs = $crate::cuda::skeleton::layer::knobs_of(self, $knobs);
             self.$layer.apply(&knobs, input, output)
+        }
+
+        fn apply_quantized(
+            &mut self,
+            codes: &fp8_linear_core::Tensor<'_>,
+            scales: &fp8_linear_core::Tensor<'_>,
+            output: &mut fp8_linear_core::TensorMut<'_>,
+        ) -> Result<(), fp8_linear_core::KernelError> {
+            let knobs = $crate::cuda::skeleton::layer::knobs_of(self, $knobs);
+            self.$layer.apply_quantized(&knobs, (codes, scales), output)
         }
 
         fn prepare(&mut self, max_m: usize) -> Result<(), fp8_linear_core::KernelError> {

@@ -305,6 +305,11 @@ impl Recipe for State {
     /// The split-K workspace and arrival counters when ranges cut stripes (else 0, 0).
     type Scratch = (u64, u64);
 
+    const NO_PRE_QUANTIZED: Option<&'static str> = Some(
+        "it is a W8A16 kernel: it reads unquantized 16-bit activations and multiplies them \
+         with 16-bit tensor-core instructions, so FP8 codes and scales are not its input",
+    );
+
     /// The launch plan of a call of `m` rows.
     fn plan(&self, call: Call<'_>, tuning: &MarlinPipeline) -> Result<LaunchPlan, KernelError> {
         let (gpu, m) = (call.gpu, call.m);
@@ -359,7 +364,7 @@ impl Recipe for State {
         call: Call<'_>,
         p: LaunchPlan,
         (work, counters): (u64, u64),
-        (m, xin, xout): Io,
+        Io(m, xin, xout, _): Io,
     ) -> Result<(), KernelError> {
         let (c, gpu) = (call.c, call.gpu);
         let st = self;
