@@ -315,7 +315,7 @@ fn bench_compares_with_the_selected_kernel() {
 #[test]
 fn bench_defaults_on_the_cpu_skip_the_reference_kernel() {
     // The default Ms and calls on the CPU, on a small layer (the default layer is timed in
-    // BENCHMARKS.md / the report, in release).
+    // BENCHMARKS.md and docs/perf-log.md, in release).
     let o = bin(&["bench", "--cpu", "-n", "64", "-k", "128", "--json"], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = json(&o);
