@@ -5,6 +5,8 @@
 //! [`csv`] reads the rows, [`chart`] lays out one chart per shape class and kind, [`svg`]
 //! writes the elements; [`write_all`] writes every chart that has points.
 
+#![warn(missing_docs)]
+
 pub mod chart;
 pub mod csv;
 pub mod svg;
