@@ -104,9 +104,10 @@ fn color(kernel: &str, index: usize) -> &'static str {
 }
 
 /// Whether a kernel is drawn as a series: not the read-once floor (a floor line), not a
-/// graph replay (`-g`), not the quantization bench's rows.
+/// bench's variant of a kernel (a label with a `-`: graph replays `Decode-g`, forced options
+/// `Hopper-s1`, `Hopper-128`, `Dec-s4`), not the quantization bench's rows.
 fn is_series(kernel: &str) -> bool {
-    !(kernel == "ReadOnce" || kernel.ends_with("-g") || kernel == "ActQuant" || kernel == "Copy")
+    !(kernel == "ReadOnce" || kernel.contains('-') || kernel == "ActQuant" || kernel == "Copy")
 }
 
 /// The points of one shape: the series (kernel -> M -> us; a later row of the same kernel

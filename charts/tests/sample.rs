@@ -174,3 +174,26 @@ fn the_generator_draws_the_checked_in_sample() {
     }
     std::fs::remove_dir_all(&out).ok();
 }
+
+#[test]
+fn bench_variants_and_floors_are_not_series() {
+    let text = "source,gpu,bench,kernel,n,k,m,us\n\
+                run-1,GPU,hopper,LtBlk,4096,4096,1,20\n\
+                run-1,GPU,hopper,LtBlk,4096,4096,16,21\n\
+                run-1,GPU,hopper,Hopper-s1,4096,4096,16,30\n\
+                run-1,GPU,decode,Decode-g,4096,4096,1,15\n\
+                run-1,GPU,decode,ReadOnce,4096,4096,0,7.8\n\
+                run-1,GPU,gpu,CublasLtBlockFp8,4096,4096,64,22\n";
+    let points = fp8_linear_charts::csv::parse(text).unwrap();
+    let class = &fp8_linear_charts::chart::CLASSES[1];
+    let svg =
+        fp8_linear_charts::chart::chart(&points, class, fp8_linear_charts::chart::Kind::Tflops)
+            .unwrap();
+    parse_xml(&svg).unwrap();
+    assert!(svg.contains("data-kernel=\"LtBlk\""), "{svg}");
+    assert!(!svg.contains("Hopper-s1") && !svg.contains("Decode-g") && !svg.contains("CublasLt"));
+    assert_eq!(svg.matches("data-floor=\"read-once\"").count(), 1);
+    // A row that is not a point names its line.
+    let bad = fp8_linear_charts::csv::parse("a,b,c\n").unwrap_err();
+    assert_eq!(bad.line, 1);
+}
