@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use crate::check::{count_nan, tolerance, Reference};
 use crate::error::{as_kind, CliError, Kind};
 use crate::executor::Executor;
+use crate::floor::{floor_percent, FLOOR_MAX_M};
 use crate::place::Place;
 use crate::run_layer::{gather_rows, reference_rows, sample_rows, to_dtype_bits, RandomWeights};
 use crate::sizes::{try_collect, try_filled};
@@ -61,6 +62,8 @@ pub struct Sweep {
     pub baseline: Option<&'static str>,
     /// Timed calls per kernel and M.
     pub iters: usize,
+    /// The weight-read rate (TB/s) of the floor% column, when known.
+    pub read_tbs: Option<f64>,
 }
 
 /// Random activations of `m` rows and the reference outputs of their sampled rows, per
@@ -201,6 +204,7 @@ pub fn run(
         skipped: None,
         baseline: None,
         iters,
+        read_tbs: None,
     })
 }
 
@@ -243,6 +247,12 @@ impl Sweep {
         Some(2.0 * x.m as f64 * config.n as f64 * config.k as f64 / sec / 1e9)
     }
 
+    /// Percent of the weight-read floor (M <= 64, when the rate is known).
+    fn floor_percent(&self, config: &LayerConfig, x: &Measurement) -> Option<f64> {
+        let sec = *x.seconds.as_ref().ok()?;
+        floor_percent(config, x.m, sec, self.read_tbs)
+    }
+
     /// Human-readable table of the measurements: time, GFLOP/s, the speed relative to the
     /// baseline kernel at the same M (when there is one), and the reference check.
     pub fn text(&self, place: &Place, config: &LayerConfig, path: Option<&Path>) -> String {
@@ -257,8 +267,18 @@ impl Sweep {
                 "note:   {k} (the f64 reference kernel, slow) not timed; --with-reference times it\n"
             );
         }
+        s += &match self.read_tbs {
+            Some(tbs) => format!(
+                "floor%: the N x K weight bytes read once at {tbs} TB/s over the time, at M <= \
+                 {FLOOR_MAX_M} (--read-tbs sets the rate)\n"
+            ),
+            None => format!(
+                "floor%: not shown (no weight-read rate known for this device; --read-tbs TB/s \
+                 sets it, for M <= {FLOOR_MAX_M})\n"
+            ),
+        };
         s += &format!(
-            "\n      M  kernel                     time/call    GFLOP/s  vs {:<8} check\n",
+            "\n      M  kernel                     time/call     TFLOP/s  vs {:<8}     floor%  check\n",
             self.baseline.unwrap_or("-")
         );
         for x in ms {
@@ -272,18 +292,23 @@ impl Sweep {
                     )
                 })
                 .unwrap_or_default();
-            let (t, r, ratio) = match &x.seconds {
+            let (t, r, ratio, floor) = match &x.seconds {
                 Ok(sec) => (
-                    format!("{:>9.3} ms", sec * 1e3),
-                    format!("{:>9.1}", Self::gflops(config, x).unwrap_or(f64::NAN)),
+                    format!("{:>9.1} us", sec * 1e6),
+                    format!(
+                        "{:>10}",
+                        three_digits(Self::gflops(config, x).unwrap_or(f64::NAN) / 1e3)
+                    ),
                     self.ratio(x)
                         .map(|r| format!("{r:>6.2}x"))
                         .unwrap_or_default(),
+                    self.floor_percent(config, x)
+                        .map_or_else(|| "-".to_string(), |p| format!("{} %", three_digits(p))),
                 ),
-                Err(e) => ("failed".into(), e.clone(), String::new()),
+                Err(e) => ("failed".into(), e.clone(), String::new(), String::new()),
             };
             s += &format!(
-                "{} {:>5}  {:<24} {t}  {r}  {ratio:<11} {check}\n",
+                "{} {:>5}  {:<24} {t}  {r}  {ratio:<12} {floor:>9}  {check}\n",
                 if x.winner { "->" } else { "  " },
                 x.m,
                 x.kernel
@@ -306,6 +331,7 @@ impl Sweep {
             "k": config.k,
             "iters": self.iters,
             "baseline": self.baseline,
+            "read_tbs": self.read_tbs,
             "skipped": self.skipped,
             "file": path.map(|p| p.display().to_string()),
             "measurements": self.measurements.iter().map(|x| {
@@ -314,7 +340,9 @@ impl Sweep {
                     "m": x.m, "kernel": x.kernel, "winner": x.winner,
                     "seconds": x.seconds.as_ref().ok(), "error": x.seconds.as_ref().err(),
                     "gflops": Self::gflops(config, x),
+                    "tflops": Self::gflops(config, x).map(|g| g / 1e3),
                     "ratio_to_baseline": self.ratio(x),
+                    "floor_percent": self.floor_percent(config, x),
                     "is_baseline": self.baseline == Some(x.kernel),
                     "reference": c.map(|c| c.reference),
                     "rel_error": c.map(|c| c.rel_error),
@@ -326,4 +354,13 @@ impl Sweep {
             "runtime_failures": self.runtime_failures.len(),
         })
     }
+}
+
+/// `v` with about three significant digits (at least one decimal): 1143.5, 45.21, 0.00123.
+fn three_digits(v: f64) -> String {
+    if !v.is_finite() || v <= 0.0 {
+        return format!("{v}");
+    }
+    let decimals = (2 - v.log10().floor() as i32).clamp(1, 8) as usize;
+    format!("{v:.decimals$}")
 }

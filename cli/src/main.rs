@@ -22,6 +22,7 @@ mod check;
 mod error;
 mod executor;
 mod explain;
+mod floor;
 mod gen;
 #[cfg(feature = "cuda")]
 mod gpu;
@@ -113,8 +114,9 @@ enum Command {
         #[arg(long)]
         file: Option<std::path::PathBuf>,
     },
-    /// Time every kernel that can run a layer on this device at a few M and print
-    /// GFLOP/s and the speed relative to a baseline kernel (nothing is saved).
+    /// Time every kernel that can run a layer on this device at a few M and print, as
+    /// BENCHMARKS.md does, the time per call, TFLOP/s, the speed relative to a baseline
+    /// kernel and, at M <= 64, the percent of the weight-read floor (nothing is saved).
     #[command(after_help = error::EXIT_CODES)]
     Bench {
         #[command(flatten)]
@@ -151,6 +153,11 @@ struct SweepArgs {
     /// large layer); skipped by default unless forced or named as the baseline.
     #[arg(long)]
     with_reference: bool,
+    /// The device's weight-read rate in TB/s, for the floor% column (M <= 64: the N x K
+    /// weight bytes read once at this rate, over the time); default: 4.3 on an H200 (its
+    /// device-copy rate), else no floor% column.
+    #[arg(long, value_parser = floor::parse_read_tbs)]
+    read_tbs: Option<f64>,
     #[command(flatten)]
     target: TargetArgs,
     #[command(flatten)]
@@ -281,6 +288,9 @@ impl SweepArgs {
         sweep.skipped = skipped;
         sweep.baseline = baseline;
         sweep.iters = iters;
+        sweep.read_tbs = self
+            .read_tbs
+            .or_else(|| floor::default_read_tbs(place.device()));
         Ok(Measured {
             place,
             config,

@@ -313,9 +313,39 @@ fn bench_compares_with_the_selected_kernel() {
 }
 
 #[test]
+fn bench_prints_the_summary_columns_and_the_floor_up_to_m_64() {
+    let args = [
+        "bench", "--cpu", "--ms", "1,128", "-n", "64", "-k", "128", "--iters", "1",
+    ];
+    // With a weight-read rate: floor% at M <= 64 only, TFLOP/s everywhere.
+    let v = json(&bin(
+        &[&args[..], &["--read-tbs", "0.5", "--json"]].concat(),
+        &[],
+    ));
+    assert_eq!(v["read_tbs"], 0.5, "{v:#}");
+    let at = |m: u64| rows(&v, m)[0].clone();
+    let want = 100.0 * (64.0 * 128.0 / 0.5e12) / at(1)["seconds"].as_f64().unwrap();
+    let got = at(1)["floor_percent"].as_f64().unwrap();
+    assert!((got - want).abs() <= 1e-9 * want, "{v:#}");
+    assert_eq!(at(128)["floor_percent"], serde_json::Value::Null, "{v:#}");
+    assert!(at(128)["tflops"].as_f64().unwrap() > 0.0, "{v:#}");
+    // Without one, on the CPU: no floor, and the text says how to get it.
+    let v = json(&bin(&[&args[..], &["--json"]].concat(), &[]));
+    assert_eq!(v["read_tbs"], serde_json::Value::Null, "{v:#}");
+    assert_eq!(
+        rows(&v, 1)[0]["floor_percent"],
+        serde_json::Value::Null,
+        "{v:#}"
+    );
+    let t = text(&bin(&args, &[]));
+    assert!(t.contains("TFLOP/s") && t.contains("floor%"), "{t}");
+    assert!(t.contains("--read-tbs TB/s sets it"), "{t}");
+}
+
+#[test]
 fn bench_defaults_on_the_cpu_skip_the_reference_kernel() {
     // The default Ms and calls on the CPU, on a small layer (the default layer is timed in
-    // BENCHMARKS.md / the report, in release).
+    // BENCHMARKS.md and docs/perf-log.md, in release).
     let o = bin(&["bench", "--cpu", "-n", "64", "-k", "128", "--json"], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = json(&o);

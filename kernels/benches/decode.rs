@@ -12,13 +12,16 @@
 //! `FP8_DECODE_SWEEP=1` adds Decode with its K splits capped at 1, 2, 4, 8 and 16 (the
 //! split planner's inputs). Prints "skipped" and exits 0 without an sm_90 GPU.
 //!
-//! `cargo bench -p fp8-linear --bench decode` (`FP8_BENCH_QUICK=1`: 2 shapes)
+//! `cargo bench -p fp8-linear --bench decode` (`FP8_BENCH_QUICK=1`: 2 shapes;
+//! `FP8_BENCH_CSV=path`: also append every point to that CSV, see `common/csv.rs`: kernel
+//! `ReadOnce` at m = 0 for the floor, `<label>-g` for graph replays)
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use common::csv::CsvSink;
 use common::{
     capture, flushed_median, hopper_or_skip, random_codes, random_scales, rel_diff, weights_for,
     Flush, ReadOnce,
@@ -182,6 +185,14 @@ fn main() {
         }
     }
 
+    let mut csv = CsvSink::from_env("decode", &gpu.device().name);
+    for (&(n, k), &t) in &floor {
+        csv.row("ReadOnce", (n, k, 0), t);
+    }
+    for (&(label, n, k, m), &(plain, graph)) in &us {
+        csv.row(label, (n, k, m), plain);
+        csv.row(&format!("{label}-g"), (n, k, m), graph);
+    }
     println!();
     println!("== summary (us per call; -g: CUDA graph replay of one apply)");
     println!(

@@ -6,7 +6,8 @@
 //! ceilings (f16 and FP8: the bound of the portable kernel). Prints "skipped: no CUDA
 //! device" and exits 0 without a GPU. A compact summary table is printed before the ceilings.
 //!
-//! `cargo bench -p fp8-linear --bench gpu` (`FP8_BENCH_QUICK=1` for a 3-shape subset)
+//! `cargo bench -p fp8-linear --bench gpu` (`FP8_BENCH_QUICK=1` for a 3-shape subset;
+//! `FP8_BENCH_CSV=path`: also append every point to that CSV, see `common/csv.rs`)
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -21,6 +22,7 @@ use half::bf16;
 use rand::Rng;
 
 mod common;
+use common::csv::CsvSink;
 use common::mma_peak::MmaPeak;
 use common::{median, random_codes, random_scales, runs_on, weights_for};
 
@@ -207,6 +209,10 @@ fn main() {
     let mut results = Results::new();
     bench_gemms(&mut c, &mut bench, &shapes, &mut results);
     c.final_summary();
+    let mut csv = CsvSink::from_env("gpu", &gpu.device().name);
+    for ((name, n, k, m), &us) in &results {
+        csv.row(name, (*n, *k, *m), us);
+    }
     print_summary(&gpu, &results, &shapes);
     // The mma.sync ceilings: what the portable (and decode) kernels can reach on this GPU.
     match MmaPeak::new(&gpu).and_then(|p| p.tflops(&gpu)) {

@@ -11,12 +11,14 @@
 //! without an sm_90 GPU; a compact summary table comes last.
 //!
 //! `cargo bench -p fp8-linear --bench hopper` (`FP8_BENCH_QUICK=1`: 2 shapes;
-//! `HOPPER_BENCH_M=4096,64`: only these M, e.g. to profile one point with Nsight Compute)
+//! `HOPPER_BENCH_M=4096,64`: only these M, e.g. to profile one point with Nsight Compute;
+//! `FP8_BENCH_CSV=path`: also append every point to that CSV, see `common/csv.rs`)
 
 mod common;
 
 use std::collections::BTreeMap;
 
+use common::csv::CsvSink;
 use common::{apply_median, hopper_or_skip, random_codes, rel_diff, Flush, SAMPLES};
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer};
 use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8};
@@ -137,6 +139,10 @@ fn main() {
         println!("done N={n} K={k}");
     }
 
+    let mut csv = CsvSink::from_env("hopper", &gpu.device().name);
+    for (&(label, n, k, m), &t) in &us {
+        csv.row(label, (n, k, m), t);
+    }
     println!("\n== summary: {} ==", gpu.device());
     println!(
         "TFLOP/s of apply (quantization included; median of {SAMPLES}, CUDA events, L2 \

@@ -6,7 +6,8 @@
 //! CUDA-event timing of each launch with the L2 cache flushed before it (a 256 MiB read),
 //! medians; a compact summary table at the end.
 //!
-//! `cargo bench -p fp8-linear --bench marlin` (on a GPU host: see scripts/gpu-bundle.sh).
+//! `cargo bench -p fp8-linear --bench marlin` (on a GPU host: see scripts/gpu-bundle.sh;
+//! `FP8_BENCH_CSV=path`: also append every point's median to that CSV, see `common/csv.rs`).
 //! Prints "skipped: no CUDA device" and exits 0 without a GPU.
 
 mod common;
@@ -15,6 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::csv::CsvSink;
 use common::{random_codes, Flush, ReadOnce};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use fp8_linear::cuda::interop::cudarc;
@@ -315,6 +317,15 @@ fn median(v: &[f64]) -> f64 {
 fn summary(bw: f64, gpu: &Gpu) {
     let t = TIMES.lock().unwrap();
     let ro = READ_ONCE.lock().unwrap();
+    let mut csv = CsvSink::from_env("marlin", &gpu.device().name);
+    for (&(n, k), &us) in ro.iter() {
+        csv.row("ReadOnce", (n, k, 0), us);
+    }
+    for (&((n, k), m, name), v) in t.iter() {
+        if !v.is_empty() {
+            csv.row(name, (n, k, m), median(v));
+        }
+    }
     println!();
     println!(
         "Marlin FP8 W8A16 on {} (sm_{}{}), bf16 in/out, 128x128 block scales; copy bandwidth {:.2} TB/s; \

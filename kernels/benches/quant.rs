@@ -6,7 +6,8 @@
 //! evicted before each by a 256 MiB read. Prints "skipped: no CUDA device" without a GPU.
 //!
 //! `cargo bench -p fp8-linear --bench quant` (run `quant_peer.py`, the Triton yardstick,
-//! beside it on the same GPU to compare).
+//! beside it on the same GPU to compare; `FP8_BENCH_CSV=path`: also append every point to
+//! that CSV, see `common/csv.rs`: kernels `ActQuant` and `Copy`, n = 0).
 
 use fp8_linear::cuda::interop::cudarc;
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer};
@@ -17,6 +18,7 @@ use half::bf16;
 use rand::Rng;
 
 mod common;
+use common::csv::CsvSink;
 use common::{flushed_median, Flush, SAMPLES, WARMUP};
 
 const KS: [usize; 3] = [2048, 7168, 16384];
@@ -29,6 +31,7 @@ fn main() {
     let q = ActQuant::new(&gpu).expect("quant module");
     let timer = EventTimer::new(&gpu).expect("events");
     let flush = Flush::new(&gpu);
+    let mut csv = CsvSink::from_env("quant", &gpu.device().name);
     println!("== summary: activation quantization on {} ==", gpu.device());
     println!("bf16 -> e4m3 + f32 scales, 1x128 groups; median of {SAMPLES}, L2 evicted");
     println!(
@@ -79,6 +82,8 @@ fn main() {
                 .map_err(|e| format!("{e:?}"))
             })
             .expect("copy");
+            csv.row("ActQuant", (0, k, m), quant);
+            csv.row("Copy", (0, k, m), copy);
             let gbs = |us: f64| bytes as f64 / us / 1e3;
             println!(
                 "{k:>6} {m:>6} {quant:>9.2} {:>8.0} {copy:>9.2} {:>8.0} {:>6.0}%  {:?}",

@@ -19,7 +19,7 @@ fp8_table! {
     pub CPU_WEIGHT_ONLY: Cpu, WeightOnly = [CpuFp8Gemm, CpuReference];
 }
 
-// CUDA tables, fastest first, as measured on an H200 (BENCHMARKS.md): the decode kernel
+// CUDA tables, fastest first, as measured on an H200 (docs/perf-log.md): the decode kernel
 // first for the rows it serves (M = 1, where it beats cuBLASLt block-scaled on every layer
 // measured; a layer's plan gives larger M to the next kernel below that takes the layer,
 // whose device copy of the weights it reads); then cuBLASLt

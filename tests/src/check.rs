@@ -74,7 +74,8 @@ impl Tolerance {
     /// operation is off by at most 2^-24 of its result; for a K-term sum the rounding errors
     /// add up like a random walk to about `2^-24 * sqrt(K) * rms(term)` (blocked sums: less),
     /// while the row's largest output is about `3 * sqrt(K) * rms(term)`: a few 1e-8 of the
-    /// row scale. Measured: ~5e-8 relative Frobenius (BENCHMARKS.md, portable kernel and CPU).
+    /// row scale. Measured: ~5e-8 relative Frobenius (docs/perf-log.md, "GPU: Hopper
+    /// wgmma block-FP8 kernel", numerics).
     /// rtol = 1e-5 leaves two orders of magnitude, and so does the Frobenius bound for f32
     /// output (1e-5). For 16-bit output the element's rounding (`round`) dominates; the
     /// Frobenius bounds are the project's usual ones, 2e-3 (f16: 2^-11 = 4.9e-4 at most per
@@ -105,9 +106,10 @@ impl Tolerance {
     ///   [`Tolerance::cpu`] (the portable kernel measures 5e-8 with f32 output).
     /// - `hopper`, `cublaslt` (and any other W8A8 backend): Hopper's FP8 wgmma accumulates
     ///   with reduced precision inside each 128-long K block (measured 1.4e-4 to 2.2e-4
-    ///   relative Frobenius with f32 output, BENCHMARKS.md). The accumulator keeps about 14
-    ///   significant bits and aligns each product to its running value, dropping (not
-    ///   rounding) the bits below: the error of one element grows with the block length and
+    ///   relative Frobenius with f32 output, docs/perf-log.md, "GPU: Hopper wgmma block-FP8
+    ///   kernel"). The accumulator keeps about 14 significant bits and aligns each product
+    ///   to its running value, dropping (not rounding) the bits below: the error of one
+    ///   element grows with the block length and
     ///   with the largest partial sum, not with the result. Over one 128-long block that is
     ///   up to about 64 * 2^-14 = 3.9e-3 of the largest partial sum, and with weight codes over
     ///   every exponent a dominant product can make a partial sum about twice the row's

@@ -6,6 +6,7 @@
 //! ceilings.
 #![allow(dead_code)] // each bench uses a part
 
+pub mod csv;
 pub mod mma_peak;
 
 use std::sync::Arc;

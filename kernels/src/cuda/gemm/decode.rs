@@ -328,9 +328,9 @@ mod tests {
         assert!(s <= 5 && per * s >= 5);
     }
 
-    /// The choices the H200 split sweep backs at M = 1 (BENCHMARKS.md, the decode kernel's
-    /// split table): one wave of CTAs, not more; a layer whose tiles nearly fill the GPU is
-    /// not split at all.
+    /// The choices the H200 split sweep backs at M = 1 (docs/perf-log.md, "GPU: the decode
+    /// kernel", its split table): one wave of CTAs, not more; a layer whose tiles nearly
+    /// fill the GPU is not split at all.
     #[test]
     fn splits_match_the_h200_sweep() {
         let plan =

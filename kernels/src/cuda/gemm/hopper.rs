@@ -80,7 +80,7 @@ struct Variant {
 /// `HOPPER_KERNEL_C2` in the source. On the H200 the clusters cut the kernel's L2 traffic
 /// (48 % of L2 throughput against 56 %, 4096x7168 at M = 4096) but not its time (within
 /// 2 %): every variant takes in about 28 bytes of tiles per SM-cycle, which multicast
-/// leaves as it is (BENCHMARKS.md, "Hopper kernel, issue 12").
+/// leaves as it is (docs/perf-log.md, "GPU: Hopper kernel, issue 12").
 const VARIANTS: [(usize, usize, u32, u32, &str); 6] = [
     (64, 1, 1, 8, "bm64"),
     (128, 1, 2, 6, "bm128"),
@@ -175,7 +175,7 @@ impl HopperBlockFp8 {
 
 /// Time of one work unit of each tile height over the same K, relative to a 128-row unit:
 /// (rows, cost). Fitted on an H200 run of the Hopper bench with every height fixed
-/// (BENCHMARKS.md, "GPU: Hopper kernel, taller tiles"): at M = 128, 512 and 4096 on the six
+/// (docs/perf-log.md, "GPU: Hopper kernel, taller tiles"): at M = 128, 512 and 4096 on the six
 /// DeepSeek-V3 shapes, the wave counts times these costs pick the measured best height on
 /// 14 of the 18 points and miss the others by 0.4-5 %. A 256-row unit does twice the MMAs of a
 /// 128-row one for 1.5 times the tile loads; a 192-row unit runs three math warpgroups.
@@ -208,7 +208,7 @@ pub fn plan_tile_rows(m: usize, n: usize, sms: usize, tall: bool) -> usize {
 
 /// K splits for `tiles` output tiles (of `mn` output elements in all) and `kb` K blocks on
 /// `sms` SMs, at most `max` (<= 16): returns (splits, K blocks per split). A cost model fitted
-/// on an H200 (BENCHMARKS.md, "GPU: Hopper wgmma block-FP8 kernel", the columns with and
+/// on an H200 (docs/perf-log.md, "GPU: Hopper wgmma block-FP8 kernel", the columns with and
 /// without splits; it reproduces those times within about 10 %): per wave of CTAs, a K block
 /// takes 0.4 us or the time to stream the wave's 16 KiB weight tiles at 4.3 TB/s, whichever
 /// is longer, and a work unit adds 1.4 us (pipeline fill, promotion, epilogue); splitting
@@ -575,7 +575,7 @@ mod tests {
         assert_eq!(plan_tile_rows(1, 4096, 132, true), 64);
         assert_eq!(plan_tile_rows(64, 4096, 132, true), 64);
         assert_eq!(plan_tile_rows(4096, 4096, 132, false), 128);
-        // The heights it picks at M = 4096 and 512 by N: the H200 bench's best (BENCHMARKS.md)
+        // The heights it picks at M = 4096 and 512 by N: the H200 bench's best (docs/perf-log.md)
         // except 24576x1536 at 4096 and 18432x7168 at 512, where 192 rows measured 4 % and
         // 5 % faster; 7168 stands for 7168x2048 and 7168x16384.
         for (n, at_4096, at_512) in [

@@ -326,7 +326,7 @@ impl State {
 /// The automatic launch for `m` rows of a layer with `gn` 128-column tiles and `kb` 128-long
 /// K tiles: (index into `heights`, K splits). `heights` lists each tile variant as (m16
 /// tiles per warp, resident-block slots on the GPU), shortest first. From the H200 sweep
-/// (`PORTABLE_SWEEP=1` of the `portable` bench, BENCHMARKS.md):
+/// (`PORTABLE_SWEEP=1` of the `portable` bench, docs/perf-log.md, "Issue 15 on the H200"):
 /// - the tallest tile whose grid fills at least 5/6 of its slots (a wave), else the shortest
 ///   (32 rows: at M = 64-128 shorter tiles on more SMs beat taller ones on fewer);
 /// - K split only while the tiles leave slots idle, into at most `slots / tiles` parts (one
