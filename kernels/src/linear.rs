@@ -211,9 +211,13 @@ impl Linear {
     ///   [`validate::activation_scale_shape`](crate::validate::activation_scale_shape);
     /// - `output`: `[M, N]` in the layer's output dtype.
     ///
-    /// The call runs on the kernel the plan gives `M` rows, as `forward` does. With the codes
-    /// and scales an [`ActivationQuantizer`](crate::ActivationQuantizer) of this layer made
-    /// from an input, the output equals `forward`'s on that input bit for bit. The typed
+    /// The call runs on the kernel the plan gives `M` rows, as `forward` does, or, when that
+    /// kernel has no path for given codes (the decode kernel, which quantizes inside its
+    /// GEMM), on the plan's next kernel that serves `M` rows (prepared by
+    /// [`Linear::prepare`] for them too). With the codes and scales an
+    /// [`ActivationQuantizer`](crate::ActivationQuantizer) of this layer made from an input,
+    /// the output equals `forward`'s on that input bit for bit when both run on one kernel
+    /// (and is within the same bounds of the reference otherwise). The typed
     /// errors are `forward`'s ([`KernelError::Shape`], [`KernelError::DType`],
     /// [`KernelError::NonContiguous`], [`KernelError::BufferTooSmall`], for `"codes"`,
     /// `"scales"` and `"output"`), and [`KernelError::PreQuantized`] for a weight-only layer
@@ -228,7 +232,23 @@ impl Linear {
     ) -> Result<(), KernelError> {
         let m = fp8_linear_core::validate::check_quantized_io(&self.config, codes, scales, output)?;
         let i = self.route_of(m, codes)?;
-        self.kernels[i].1.apply_quantized(codes, scales, output)
+        let first = self.kernels[i].1.apply_quantized(codes, scales, output);
+        let Err(KernelError::PreQuantized { .. }) = first else {
+            return first;
+        };
+        // A kernel without a path for given codes (the decode kernel quantizes inside its
+        // GEMM) refuses before it enqueues anything: the plan's next kernel that serves `m`
+        // rows runs the call instead (cuBLASLt block on an H200 at M = 1).
+        for (j, (entry, kernel)) in self.kernels.iter_mut().enumerate() {
+            if j == i || !entry.rows.contains(m) {
+                continue;
+            }
+            match kernel.apply_quantized(codes, scales, output) {
+                Err(KernelError::PreQuantized { .. }) => continue,
+                done => return done,
+            }
+        }
+        first
     }
 
     /// The index of the kernel serving `m` rows (of `input`, named in the error).

@@ -427,3 +427,54 @@ fn silu_mul_and_forward_quantized_capture_into_a_graph() {
         "no CUDA kernel captured a pre-quantized call on {cap}"
     );
 }
+
+/// The default plan of this GPU (on an H200 the decode kernel at M = 1, which has no path for
+/// given codes, then cuBLASLt block) serves `forward_quantized` at every M: where the planned
+/// kernel refuses, the plan's next kernel for those rows runs the call, so the output equals
+/// `forward` of the same layer planned without the decode kernel, bit for bit.
+#[test]
+fn the_default_plan_serves_pre_quantized_calls_at_every_m() {
+    use fp8_linear::{Options, Overrides};
+    let Some(gpu) = gpu_or_skip("the_default_plan_serves_pre_quantized_calls_at_every_m") else {
+        return;
+    };
+    let target = Target::from_gpu(gpu.clone());
+    let c = block(512, 1024, (128, 128), false, DType::Bf16);
+    let host = HostLayer::random(&c, WeightGen::Spread(4));
+    let dev = DeviceLayer::upload(&gpu, &host).unwrap();
+    let w = dev.weights();
+    let mut planned = Linear::new(&target, &c, &w, &Options::none()).unwrap();
+    let without = Options {
+        overrides: Overrides::none().disable("DecodeBlockFp8"),
+        kernel: KernelOptions::none(),
+    };
+    let mut plain = Linear::new(&target, &c, &w, &without).unwrap();
+    let mut quant = ActivationQuantizer::new(&target, &c, &w).unwrap();
+    eprintln!("plan: {}; without decode: {}", planned.plan(), plain.plan());
+    for m in [1, 2, 16, 64, 200] {
+        let what = format!("{c} M={m} ({})", planned.entry_for(m).unwrap().name);
+        let (xin, _) = upload_as(&gpu, &random_activations(m, c.k), c.input_dtype);
+        let mut qo = QuantOut::new(&gpu, &c, m);
+        {
+            let (mut qt, mut st) = qo.views_mut(0);
+            quant
+                .quantize(&xin.tensor([m, c.k]), &mut qt, &mut st)
+                .unwrap();
+        }
+        let mut y0 = AnyBuffer::poisoned(&gpu, m * c.n, c.output_dtype);
+        let mut y1 = AnyBuffer::poisoned(&gpu, m * c.n, c.output_dtype);
+        plain
+            .forward(&xin.tensor([m, c.k]), &mut y0.tensor_mut([m, c.n]))
+            .unwrap();
+        let (qt, st) = qo.views(0);
+        planned
+            .forward_quantized(&qt, &st, &mut y1.tensor_mut([m, c.n]))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(
+            bits(&y1.to_f32()),
+            bits(&y0.to_f32()),
+            "{what}: differs from the plan without the decode kernel"
+        );
+        eprintln!("{what}: served, equal to the plan without the decode kernel");
+    }
+}

@@ -361,6 +361,10 @@ impl Recipe for State {
     fn enqueue(&mut self, call: Call<'_>, p: Plan, ws: u64, io: Io) -> Result<(), KernelError> {
         let (c, gpu) = (call.c, call.gpu);
         let (m, st) = (io.0, self);
+        // Overlapped only after this call's own quantization kernel: given codes may be read
+        // in place, and the kernel before this one could then be anything, such as the
+        // weights' processing.
+        let overlap = p.overlap && io.pre_quantized().is_none();
         let call = st.block.quantize(NAME, c, gpu, io)?;
         let (n, k) = (c.n, c.k);
         let ldk = st.block.weights.w.ldk;
@@ -406,12 +410,13 @@ impl Recipe for State {
         // bytes of codes at `q`, from the quantization) and B (n x ldk bytes of the weight
         // codes); As holds ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws
         // splits*m*n floats when split; the kernel masks every store and TMA zero-fills
-        // out-of-bounds boxes. Overlapped: the kernel before it on the stream is the
-        // quantization just enqueued, and the kernel waits for it (griddep_wait) before it
-        // reads the codes or the activation scales and so before anything it writes; what it
-        // reads before (weight codes) was written before that kernel.
+        // out-of-bounds boxes. Overlapped (never for given codes): the kernel before it on
+        // the stream is the quantization just enqueued, and the kernel waits for it
+        // (griddep_wait) before it reads the codes or the activation scales and so before
+        // anything it writes; what it reads before (weight codes) was written before that
+        // kernel.
         unsafe {
-            if p.overlap {
+            if overlap {
                 let mut params = [
                     param(&ta),
                     param(&tb),
