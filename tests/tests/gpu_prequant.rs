@@ -78,6 +78,28 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// The bits of `v` with every NaN as the canonical quiet NaN (a NaN scale's payload is not
+/// part of the contract: the GPU's division gives 0x7fffffff where the CPU's gives
+/// 0x7fc00000).
+fn bits_nan_canonical(v: &[f32]) -> Vec<u32> {
+    v.iter()
+        .map(|x| {
+            if x.is_nan() {
+                f32::NAN.to_bits()
+            } else {
+                x.to_bits()
+            }
+        })
+        .collect()
+}
+
+/// Build options for the bit-for-bit comparisons: no K splits where the kernel takes a cap
+/// (the portable kernel plans its own splits and sums them with atomics: compared to the
+/// summation order instead).
+fn unsplit() -> KernelOptions {
+    KernelOptions::none().max_splits(1)
+}
+
 /// Device buffers for a quantizer's output, poisoned (codes 0x7f: NaN; scales NaN), with
 /// `offset` bytes of slack in front of each so that the views can start unaligned.
 struct QuantOut {
@@ -203,7 +225,7 @@ fn forward_quantized_equals_forward_on_every_gpu_kernel() {
             if !entry.arch.matches(Some(cap)) || (entry.can_implement)(&c).is_err() {
                 continue;
             }
-            let mut l = match Linear::with_entry(entry, &target, &c, &w, &KernelOptions::none()) {
+            let mut l = match Linear::with_entry(entry, &target, &c, &w, &unsplit()) {
                 Ok(l) => l,
                 Err(e) => panic!("{} on {name}: {e}", entry.name),
             };
@@ -250,7 +272,15 @@ fn forward_quantized_equals_forward_on_every_gpu_kernel() {
                         Err(e) => panic!("{what}: {e}"),
                     }
                     let (a, b) = (y0.to_f32(), y1.to_f32());
-                    if bits(&a) != bits(&b) {
+                    // The portable kernel adds its own K splits (it takes no split cap) with
+                    // atomics, so two calls of it agree to the summation order only.
+                    let atomic = entry.name == "PortableBlockFp8";
+                    let top = a.iter().fold(0f32, |t, v| t.max(v.abs()));
+                    let close = a.len() == b.len()
+                        && a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-5 * top);
+                    if atomic && close {
+                        eprintln!("{what}: equal to the summation order (atomic K splits)");
+                    } else if bits(&a) != bits(&b) {
                         let i = a
                             .iter()
                             .zip(&b)
@@ -307,7 +337,11 @@ fn silu_mul_on_the_gpu_equals_the_cpu_bit_for_bit() {
             }
             let (codes, scales) = qo.host(0);
             let want = cpu_quantize(&c, &host, &exact, m, true);
-            assert_eq!(bits(&scales), bits(&want.1), "{name} M={m}: scales");
+            assert_eq!(
+                bits_nan_canonical(&scales),
+                bits_nan_canonical(&want.1),
+                "{name} M={m}: scales"
+            );
             let [sr, sc] = fp8_linear::validate::activation_scale_shape(&c, m).unwrap();
             let span = match c.activation.map(|a| a.group) {
                 Some(GroupShape::Group { cols }) => cols as usize,
@@ -372,7 +406,7 @@ fn silu_mul_and_forward_quantized_capture_into_a_graph() {
             if !entry.arch.matches(Some(cap)) || (entry.can_implement)(&c).is_err() {
                 continue;
             }
-            let mut l = Linear::with_entry(entry, &target, &c, &w, &KernelOptions::none()).unwrap();
+            let mut l = Linear::with_entry(entry, &target, &c, &w, &unsplit()).unwrap();
             let mut quant = ActivationQuantizer::new(&target, &c, &w).unwrap();
             l.prepare(64).unwrap();
             quant.prepare(64).unwrap();

@@ -54,6 +54,9 @@ __device__ __forceinline__ u32 e4m3(float x) { return e4m3x2(0.0f, x) & 0xffu; }
 __device__ __forceinline__ float div_by_scale(float x, float s, float r) {
     const float q0 = __fmul_rn(x, r);
     const float e = fmaf(q0, s, -x);
+    // A non-finite residual (x infinite, s infinite, or x * r overflowing): the IEEE
+    // division, as the CPU quantizer divides (inf / s = inf, x / inf = 0).
+    if ((__float_as_uint(e) & 0x7f800000u) == 0x7f800000u) return __fdiv_rn(x, s);
     return fmaf(-e, r, q0);
 }
 
