@@ -331,6 +331,53 @@ fn clustered_tiles_match_the_reference() {
     );
 }
 
+/// One checked call of `m` rows of a layer: its config, host weights, reference config and
+/// tolerance.
+struct Checked<'a> {
+    cfg: &'a LayerConfig,
+    layer: &'a HostLayer,
+    ref_cfg: &'a LayerConfig,
+    tol: Tolerance,
+    m: usize,
+}
+
+impl Checked<'_> {
+    /// Runs `kernel` on fresh activations against the f64 reference, then `other` (None: the
+    /// same kernel again) on the same input, bit for bit against the first output; each
+    /// failure is pushed labelled.
+    fn check(
+        &self,
+        gpu: &std::sync::Arc<fp8_linear::cuda::runtime::Gpu>,
+        kernel: &mut dyn Fp8Kernel,
+        other: Option<&mut dyn Fp8Kernel>,
+        label: &str,
+        failures: &mut Vec<String>,
+    ) {
+        let (cfg, m) = (self.cfg, self.m);
+        let x = random_activations(m, cfg.k);
+        let (got, exact) = run(gpu, kernel, cfg, &x, m).unwrap();
+        let (what, second) = match other {
+            Some(o) => ("the other kernel", run(gpu, o, cfg, &x, m).unwrap().0),
+            None => ("a rerun", run(gpu, kernel, cfg, &x, m).unwrap().0),
+        };
+        let ids = check_rows(m, cfg.n, cfg.k);
+        let want = reference_rows(self.ref_cfg, self.layer, &exact, m, &ids).unwrap();
+        let c = compare_rows(&pick_rows(&got, cfg.n, &ids), &want, cfg.n, &ids, self.tol);
+        let differ = got
+            .iter()
+            .zip(&second)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        eprintln!("{label}: {} ({what}: {differ} differ)", c.summary());
+        if !c.ok() {
+            failures.push(format!("{label}: {}", c.summary()));
+        }
+        if differ > 0 {
+            failures.push(format!("{label}: {what} differs in {differ} elements"));
+        }
+    }
+}
+
 /// Each layer x tile height (None: chosen per call) x cluster size (None: chosen per call)
 /// x K split cap (none, 1; tiles of more than 128 rows never split) x M: the result against
 /// the f64 reference, and a rerun bit-identical.
@@ -377,24 +424,14 @@ fn check_tile_heights(
                          max_splits {splits:?}, M={m}",
                         cfg.n, cfg.k, cfg.input_dtype, cfg.output_dtype
                     );
-                    let x = random_activations(m, cfg.k);
-                    let (got, exact) = run(gpu, kernel.as_mut(), cfg, &x, m).unwrap();
-                    let (again, _) = run(gpu, kernel.as_mut(), cfg, &x, m).unwrap();
-                    let ids = check_rows(m, cfg.n, cfg.k);
-                    let want = reference_rows(&ref_cfg, &layer, &exact, m, &ids).unwrap();
-                    let c = compare_rows(&pick_rows(&got, cfg.n, &ids), &want, cfg.n, &ids, tol);
-                    let differ = got
-                        .iter()
-                        .zip(&again)
-                        .filter(|(a, b)| a.to_bits() != b.to_bits())
-                        .count();
-                    eprintln!("{label}: {} (rerun: {differ} differ)", c.summary());
-                    if !c.ok() {
-                        failures.push(format!("{label}: {}", c.summary()));
-                    }
-                    if differ > 0 {
-                        failures.push(format!("{label}: a rerun differs in {differ} elements"));
-                    }
+                    let call = Checked {
+                        cfg,
+                        layer: &layer,
+                        ref_cfg: &ref_cfg,
+                        tol,
+                        m,
+                    };
+                    call.check(gpu, kernel.as_mut(), None, &label, &mut failures);
                 }
             }
         }
@@ -453,24 +490,15 @@ fn overlapped_launch_matches_the_serial_one_bit_for_bit() {
                     "{}x{} {:?}->{:?} {:?}, max_splits {splits:?}, M={m}",
                     cfg.n, cfg.k, cfg.input_dtype, cfg.output_dtype, cfg.weight.group
                 );
-                let x = random_activations(m, cfg.k);
-                let (got, exact) = run(&gpu, overlapped.as_mut(), cfg, &x, m).unwrap();
-                let (plain, _) = run(&gpu, serial.as_mut(), cfg, &x, m).unwrap();
-                let ids = check_rows(m, cfg.n, cfg.k);
-                let want = reference_rows(&ref_cfg, &layer, &exact, m, &ids).unwrap();
-                let c = compare_rows(&pick_rows(&got, cfg.n, &ids), &want, cfg.n, &ids, tol);
-                let differ = got
-                    .iter()
-                    .zip(&plain)
-                    .filter(|(x, y)| x.to_bits() != y.to_bits())
-                    .count();
-                eprintln!("{label}: {} ({differ} differ from serial)", c.summary());
-                if !c.ok() {
-                    failures.push(format!("{label}: {}", c.summary()));
-                }
-                if differ > 0 {
-                    failures.push(format!("{label}: {differ} elements differ from serial"));
-                }
+                let call = Checked {
+                    cfg,
+                    layer: &layer,
+                    ref_cfg: &ref_cfg,
+                    tol,
+                    m,
+                };
+                let other = Some(serial.as_mut());
+                call.check(&gpu, overlapped.as_mut(), other, &label, &mut failures);
             }
         }
     }
