@@ -31,9 +31,12 @@ rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/tests" "$BUNDLE/benches" "$BUNDLE/bin" target
 
 echo "building the test binaries (release)..." >&2
-cargo test --release --workspace --no-run --message-format=json >target/gpu-bundle-tests.json
+# (with the development knob: FP8_LINEAR_CU_DIR=DIR compiles the CUDA modules from DIR; the
+# bundle's cu/ holds the sources it was built from, to copy and edit on the GPU host)
+cargo test --release --workspace --features fp8-linear/dev-sources --no-run \
+    --message-format=json >target/gpu-bundle-tests.json
 echo "building the GPU benches (hopper, overlap, quant, gpu, marlin, graph, layouts, decode, portable) and the CLI..." >&2
-cargo bench -p fp8-linear --bench hopper --bench overlap --bench quant --bench gpu --bench marlin --bench graph --bench layouts --bench decode --bench portable --no-run \
+cargo bench -p fp8-linear --features dev-sources --bench hopper --bench overlap --bench quant --bench gpu --bench marlin --bench graph --bench layouts --bench decode --bench portable --no-run \
     --message-format=json >target/gpu-bundle-benches.json
 cargo build --release -p fp8-linear-cli --bin fp8-linear --message-format=json \
     >target/gpu-bundle-cli.json
@@ -61,6 +64,7 @@ strip -o "$BUNDLE/bin/fp8-linear" "$cli"
 # The CLI's integration tests run the binary at the path cargo compiled into them; run.sh
 # links the bundled one there when it can.
 echo "$cli" >"$BUNDLE/bin/compiled-path"
+cp -r kernels/src/cuda/cu "$BUNDLE/cu"
 jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test
     and (.package_id | test("fp8-linear-cli")) and (.target.kind | index("test")))
     | .target.name' target/gpu-bundle-tests.json | sort -u >"$BUNDLE/bin/cli-tests"

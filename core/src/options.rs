@@ -96,6 +96,9 @@ pub const ENV_COMPILE_FOR: &str = "FP8_LINEAR_COMPILE_FOR";
 /// Environment variable fixing the row height of the output tiles, for kernels that choose
 /// one per call (the Hopper kernel: 64, 128, 192 or 256).
 pub const ENV_TILE_ROWS: &str = "FP8_LINEAR_TILE_ROWS";
+/// Environment variable fixing the column width of the output tiles, for kernels that choose
+/// one per call (the Hopper kernel: 16, 32, 64, 96, 112, 128 or 144).
+pub const ENV_TILE_COLS: &str = "FP8_LINEAR_TILE_COLS";
 /// Environment variable fixing the thread-block cluster size, for kernels that share tiles
 /// across a cluster (the Hopper kernel: 1 or 2).
 pub const ENV_CLUSTER: &str = "FP8_LINEAR_CLUSTER";
@@ -118,6 +121,12 @@ pub struct KernelOptions {
     /// kernel: 64, 128, 192 or 256); None lets the kernel choose by M. A kernel that cannot use
     /// the height refuses to build, naming the heights it has.
     pub tile_rows: Option<u16>,
+    /// Column width of the output tiles for kernels that choose one per call (the Hopper
+    /// kernel: 16, 32, 64 or 128, and 96, 112 or 144 over 128-row weight blocks); None lets
+    /// the kernel choose by shape. A kernel that cannot use the width refuses to build,
+    /// naming the widths it has; a width its chosen (or fixed) height lacks falls back to
+    /// the nearest it has.
+    pub tile_cols: Option<u16>,
     /// CTAs per thread-block cluster for kernels that share a tile across one (the Hopper
     /// kernel: 2 loads each weight tile once for two vertically adjacent output tiles and
     /// multicasts it; 1 never clusters); None is the kernel's default (the Hopper kernel: 1).
@@ -148,8 +157,8 @@ impl KernelOptions {
         KernelOptions::default()
     }
 
-    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`], [`ENV_TILE_ROWS`], [`ENV_CLUSTER`] and
-    /// [`ENV_OVERLAP`];
+    /// Reads [`ENV_MAX_SPLITS`], [`ENV_COMPILE_FOR`], [`ENV_TILE_ROWS`], [`ENV_TILE_COLS`],
+    /// [`ENV_CLUSTER`] and [`ENV_OVERLAP`];
     /// unset or empty variables keep the default, bad values are errors.
     pub fn from_env() -> Result<Self, OptionsError> {
         Self::from_vars(env)
@@ -181,6 +190,11 @@ impl KernelOptions {
                 1..=u16::MAX,
                 "a positive integer (the Hopper kernel has 64, 128, 192 and 256)",
             )?,
+            tile_cols: number(
+                ENV_TILE_COLS,
+                1..=u16::MAX,
+                "a positive integer (the Hopper kernel has 16, 32, 64, 96, 112, 128 and 144)",
+            )?,
             cluster: number(
                 ENV_CLUSTER,
                 1..=u16::MAX,
@@ -210,6 +224,12 @@ impl KernelOptions {
     /// Fixes the output tiles' row height (for kernels that choose one).
     pub fn tile_rows(mut self, rows: u16) -> Self {
         self.tile_rows = Some(rows);
+        self
+    }
+
+    /// Fixes the output tiles' column width (for kernels that choose one).
+    pub fn tile_cols(mut self, cols: u16) -> Self {
+        self.tile_cols = Some(cols);
         self
     }
 
@@ -305,6 +325,7 @@ mod tests {
         let o = parse(&[
             (ENV_MAX_SPLITS, "4"),
             (ENV_TILE_ROWS, "256"),
+            (ENV_TILE_COLS, "32"),
             (ENV_CLUSTER, "2"),
             (ENV_OVERLAP, "0"),
         ])
@@ -314,6 +335,7 @@ mod tests {
             KernelOptions::none()
                 .max_splits(4)
                 .tile_rows(256)
+                .tile_cols(32)
                 .cluster(2)
                 .overlap(false)
         );
@@ -322,6 +344,7 @@ mod tests {
             (ENV_MAX_SPLITS, "17"),
             (ENV_TILE_ROWS, "0"),
             (ENV_TILE_ROWS, "tall"),
+            (ENV_TILE_COLS, "0"),
             (ENV_CLUSTER, "0"),
             (ENV_CLUSTER, "pair"),
             (ENV_OVERLAP, "2"),

@@ -6,12 +6,17 @@
 //! `apply` is enqueued, so the events time device work alone. "Hopper-s1" is the same kernel
 //! with K splitting off (`KernelOptions::max_splits(1)`); "Hopper-128", "-192" and "-256"
 //! fix its tile height (`KernelOptions::tile_rows`; run from M = 128); "Hopper-c2" pairs
-//! CTAs along M in clusters of two that share the weight tile (`KernelOptions::cluster(2)`). Also checks the Hopper output against
-//! cuBLASLt's on every point (relative Frobenius difference). Prints "skipped" and exits 0
-//! without an sm_90 GPU; a compact summary table comes last.
+//! CTAs along M in clusters of two that share the weight tile (`KernelOptions::cluster(2)`).
+//! "LtBlk-q" and "Hopper-q" time the GEMM alone: `apply_quantized` on activations the
+//! layer's `ActivationQuantizer` made before the timing (the figure to set beside GEMM-only
+//! peers such as DeepGEMM). Also checks the Hopper output against cuBLASLt's on every point
+//! (relative Frobenius difference). Prints "skipped" and exits 0 without an sm_90 GPU; a
+//! compact summary table comes last.
 //!
 //! `cargo bench -p fp8-linear --bench hopper` (`FP8_BENCH_QUICK=1`: 2 shapes;
 //! `HOPPER_BENCH_M=4096,64`: only these M, e.g. to profile one point with Nsight Compute;
+//! `HOPPER_BENCH_SWEEP=1`: also time the GEMM alone with every tile (rows x columns) fixed,
+//! with and without K splits, printed as `sweep` lines;
 //! `FP8_BENCH_CSV=path`: also append every point to that CSV, see `common/csv.rs`)
 
 mod common;
@@ -23,7 +28,8 @@ use common::{apply_median, hopper_or_skip, random_codes, rel_diff, Flush, SAMPLE
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer};
 use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8};
 use fp8_linear::{
-    DType, KernelEntry, KernelOptions, LayerConfig, LayerWeights, Registered, Target, Tensor,
+    ActivationQuantizer, DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, LayerWeights,
+    Registered, Target, Tensor, TensorMut,
 };
 use half::bf16;
 use rand::Rng;
@@ -90,6 +96,12 @@ fn main() {
             input_scale_ub: None,
             bias: None,
         };
+        // The activations of every M quantized once, before any timing.
+        let mut quantizer = ActivationQuantizer::new(&target, &cfg, &weights).expect("quantizer");
+        let quantized: BTreeMap<usize, Quantized> = ms
+            .iter()
+            .map(|&m| (m, Quantized::new(&gpu, &mut quantizer, &x, (m, k))))
+            .collect();
         for (label, entry, max_splits, tile_rows, cluster) in KERNELS {
             let options = KernelOptions {
                 max_splits,
@@ -129,12 +141,45 @@ fn main() {
                     }
                     Err(e) => println!("{label} M={m} N={n} K={k}: failed: {e}"),
                 }
+                if label == "Hopper" || label == "LtBlk" {
+                    let q = &quantized[&m];
+                    match gemm_median(
+                        &gpu,
+                        &timer,
+                        &flush,
+                        kernel.as_mut(),
+                        q,
+                        &mut out,
+                        (m, n, k),
+                    ) {
+                        Ok(t) => {
+                            let ql = if label == "Hopper" {
+                                "Hopper-q"
+                            } else {
+                                "LtBlk-q"
+                            };
+                            us.insert((ql, n, k, m), t);
+                        }
+                        Err(e) => println!("{label}-q M={m} N={n} K={k}: failed: {e}"),
+                    }
+                }
             }
         }
         for &m in &ms {
             if let (Some(h), Some(l)) = (outs.get(&("Hopper", m)), outs.get(&("LtBlk", m))) {
                 diff.insert((n, k, m), rel_diff(h, l));
             }
+        }
+        if std::env::var("HOPPER_BENCH_SWEEP").is_ok_and(|v| v == "1") {
+            sweep(
+                &gpu,
+                &timer,
+                &flush,
+                &target,
+                (&cfg, &weights),
+                &quantized,
+                (n, k),
+            );
         }
         println!("done N={n} K={k}");
     }
@@ -147,12 +192,13 @@ fn main() {
     println!(
         "TFLOP/s of apply (quantization included; median of {SAMPLES}, CUDA events, L2 \
          evicted by a read); x = ratio to cuBLASLt block in this run; floor% = the weight \
-         read at 4.3 TB/s over Hopper's time; diff = ||hopper - lt|| / ||lt||"
+         read at 4.3 TB/s over Hopper's time; diff = ||hopper - lt|| / ||lt||; -q = the GEMM \
+         alone (apply_quantized), us"
     );
     println!(
-        "{:>5} {:>11} | {:>7} | {:>7} {:>6} | {:>9} {:>6} | {:>9} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>6} | {:>7}",
+        "{:>5} {:>11} | {:>7} | {:>7} {:>6} | {:>9} {:>6} | {:>9} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>6} | {:>7} | {:>8} {:>8} {:>6}",
         "M", "NxK", "LtBlk", "Hopper", "x", "Hopper-s1", "x", "Hopper-c2", "x", "Hopper-128",
-        "x", "Hopper-192", "x", "Hopper-256", "x", "floor%", "diff"
+        "x", "Hopper-192", "x", "Hopper-256", "x", "floor%", "diff", "LtBlk-q", "Hopper-q", "x"
     );
     for &(n, k) in shapes {
         for &m in &ms {
@@ -172,8 +218,13 @@ fn main() {
                 .get(&("Hopper", n, k, m))
                 .map(|t| format!("{:>5.0}%", 100.0 * floor_us / t))
                 .unwrap_or_else(|| format!("{:>6}", "-"));
+            let q = |label: &str| us.get(&(label, n, k, m)).copied();
+            let gemm = match (q("LtBlk-q"), q("Hopper-q")) {
+                (Some(l), Some(h)) => format!("{l:>8.1} {h:>8.1} {:>5.2}x", l / h),
+                _ => format!("{:>8} {:>8} {:>6}", "-", "-", "-"),
+            };
             println!(
-                "{m:>5} {:>11} | {:>7} | {} | {} | {} | {} | {} | {} | {floor} | {:>7}",
+                "{m:>5} {:>11} | {:>7} | {} | {} | {} | {} | {} | {} | {floor} | {:>7} | {gemm}",
                 format!("{n}x{k}"),
                 lt.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into()),
                 cell("Hopper", 7),
@@ -186,6 +237,119 @@ fn main() {
                     .map(|d| format!("{d:.1e}"))
                     .unwrap_or_else(|| "-".into()),
             );
+        }
+    }
+}
+
+/// One M's activations as the layer's quantizer makes them: e4m3 codes `[m, k]` and f32
+/// group scales `[m, ceil(k / 128)]`.
+struct Quantized {
+    codes: DeviceBuffer<u8>,
+    scales: DeviceBuffer<f32>,
+}
+
+impl Quantized {
+    fn new(
+        gpu: &std::sync::Arc<fp8_linear::cuda::runtime::Gpu>,
+        q: &mut ActivationQuantizer,
+        x: &DeviceBuffer<bf16>,
+        (m, k): (usize, usize),
+    ) -> Self {
+        let codes = DeviceBuffer::<u8>::zeros(gpu, m * k).expect("alloc codes");
+        let mut scales = DeviceBuffer::<f32>::zeros(gpu, m * k.div_ceil(128)).expect("alloc");
+        let mem = codes.memory();
+        q.quantize(
+            &x.tensor([m, k]),
+            &mut TensorMut::device(mem, DType::F8E4m3, [m, k]),
+            &mut scales.tensor_mut([m, k.div_ceil(128)]),
+        )
+        .expect("quantize");
+        Quantized { codes, scales }
+    }
+}
+
+/// The median microseconds of `kernel.apply_quantized` on `q` (the GEMM alone).
+fn gemm_median(
+    gpu: &fp8_linear::cuda::runtime::Gpu,
+    timer: &EventTimer,
+    flush: &Flush,
+    kernel: &mut dyn Fp8Kernel,
+    q: &Quantized,
+    out: &mut DeviceBuffer<bf16>,
+    (m, n, k): (usize, usize, usize),
+) -> Result<f64, String> {
+    common::flushed_median(gpu, timer, flush, (common::WARMUP, SAMPLES), || {
+        kernel
+            .apply_quantized(
+                &Tensor::device(q.codes.memory(), DType::F8E4m3, [m, k]),
+                &q.scales.tensor([m, k.div_ceil(128)]),
+                &mut out.tensor_mut([m, n]),
+            )
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Every tile (rows x columns) of the Hopper kernel fixed by the build options, K splits
+/// capped at 1 and at 16: the GEMM alone at every M, one `sweep` line per point
+/// (`sweep N K M BM BN max_splits us`).
+fn sweep(
+    gpu: &std::sync::Arc<fp8_linear::cuda::runtime::Gpu>,
+    timer: &EventTimer,
+    flush: &Flush,
+    target: &Target,
+    (cfg, weights): (&LayerConfig, &LayerWeights<'_>),
+    quantized: &BTreeMap<usize, Quantized>,
+    (n, k): (usize, usize),
+) {
+    const TILES: [(u16, u16); 15] = [
+        (64, 16),
+        (64, 32),
+        (64, 64),
+        (64, 96),
+        (64, 112),
+        (64, 128),
+        (64, 144),
+        (128, 64),
+        (128, 96),
+        (128, 112),
+        (128, 128),
+        (128, 144),
+        (192, 128),
+        (256, 128),
+        (256, 128),
+    ];
+    let max_m = quantized.keys().copied().max().unwrap_or(1);
+    let mut out = DeviceBuffer::<bf16>::zeros(gpu, max_m * n).expect("alloc out");
+    let mut seen = std::collections::BTreeSet::new();
+    for (rows, cols) in TILES {
+        if !seen.insert((rows, cols)) {
+            continue;
+        }
+        for cap in [1u16, 16] {
+            if cap > 1 && rows > 128 {
+                continue;
+            }
+            let options = KernelOptions::none()
+                .tile_rows(rows)
+                .tile_cols(cols)
+                .max_splits(cap);
+            let built = HopperBlockFp8::ENTRY.build(&target.build_ctx(cfg, &options));
+            let mut kernel = match common::loaded(built, weights) {
+                Ok(kr) => kr,
+                Err(e) => {
+                    println!("sweep {n} {k} - {rows} {cols} {cap} not run: {e}");
+                    continue;
+                }
+            };
+            for (&m, q) in quantized {
+                if m <= 64 && rows > 64 {
+                    continue;
+                }
+                match gemm_median(gpu, timer, flush, kernel.as_mut(), q, &mut out, (m, n, k)) {
+                    Ok(t) => println!("sweep {n} {k} {m} {rows} {cols} {cap} {t:.2}"),
+                    Err(e) => println!("sweep {n} {k} {m} {rows} {cols} {cap} failed: {e}"),
+                }
+            }
         }
     }
 }

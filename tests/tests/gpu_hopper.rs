@@ -285,7 +285,57 @@ fn every_tile_height_matches_the_reference() {
         ),
     ];
     let heights = [None, Some(64), Some(128), Some(192), Some(256)];
-    check_tile_heights(&gpu, &layers, &heights, &[None], &[1, 65, 200, 300]);
+    check_tiles(
+        &gpu,
+        &layers,
+        &heights,
+        &[None],
+        &[None],
+        &[1, 65, 200, 300],
+    );
+}
+
+/// Every tile width (16 to 144 columns, fixed by `tile_cols`) at 64 and 128 rows, with and
+/// without K splits, on the ragged layers of [`ragged_layers`]: the last tile's columns past
+/// N, 128x128 blocks (the 96-, 112- and 144-column tiles straddle two scale rows), 64x64
+/// ue8m0 and 32x32 blocks (a 16-column tile inside a scale row, a 128-column one over four),
+/// every output dtype, bias; each result against the f64 reference, each call repeated and
+/// required bit-identical. A width a layer's blocks lack is refused at build (checked by
+/// name) and skipped.
+#[test]
+fn every_tile_width_matches_the_reference() {
+    let Some(gpu) = hopper("every_tile_width_matches_the_reference") else {
+        return;
+    };
+    let layers = ragged_layers();
+    let widths = [16, 32, 64, 96, 112, 128, 144].map(Some);
+    check_tiles(
+        &gpu,
+        &layers,
+        &[Some(64), Some(128)],
+        &widths,
+        &[None],
+        &[1, 70, 200],
+    );
+}
+
+/// A narrow, an unaligned and the widest width (16, 96 and 144 columns) at 64 and 128 rows on
+/// one ragged layer, split and unsplit: the small case the sanitizers run.
+#[test]
+fn widths_for_the_sanitizers() {
+    let Some(gpu) = hopper("widths_for_the_sanitizers") else {
+        return;
+    };
+    let layers = [LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16)];
+    let widths = [Some(16), Some(96), Some(144)];
+    check_tiles(
+        &gpu,
+        &layers,
+        &[Some(64), Some(128)],
+        &widths,
+        &[None],
+        &[1, 70],
+    );
 }
 
 /// The tall tiles alone (192 and 256 rows), on one ragged layer: the small case the race
@@ -296,7 +346,14 @@ fn tall_tiles_match_the_reference() {
         return;
     };
     let layers = [LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16)];
-    check_tile_heights(&gpu, &layers, &[Some(192), Some(256)], &[None], &[65, 300]);
+    check_tiles(
+        &gpu,
+        &layers,
+        &[Some(192), Some(256)],
+        &[None],
+        &[None],
+        &[65, 300],
+    );
 }
 
 /// The 128- and 256-row tiles with and without clusters of two CTAs sharing the weight
@@ -322,13 +379,34 @@ fn clustered_tiles_match_the_reference() {
         LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16),
         biased,
     ];
-    check_tile_heights(
+    check_tiles(
         &gpu,
         &layers,
         &[Some(128), Some(256)],
+        &[None],
         &[Some(1), Some(2)],
         &[100, 256, 300, 700],
     );
+}
+
+/// Ragged layers for the tile tests: N not a multiple of 128 and K not of 128, bf16 and f16
+/// input, every output dtype, bias, 64x64 ue8m0 and 32x32 blocks.
+fn ragged_layers() -> [LayerConfig; 4] {
+    let mut biased = LayerConfig::block_128(640, 1280, DType::F16, DType::F32);
+    biased.bias = true;
+    [
+        LayerConfig::block_128(1940, 1104, DType::Bf16, DType::Bf16),
+        biased,
+        LayerConfig::block(
+            1000,
+            2000,
+            (64, 64),
+            ScaleDtype::Ue8m0,
+            DType::Bf16,
+            DType::F16,
+        ),
+        LayerConfig::block(520, 904, (32, 32), ScaleDtype::F32, DType::F16, DType::Bf16),
+    ]
 }
 
 /// One checked call of `m` rows of a layer: its config, host weights, reference config and
@@ -378,13 +456,15 @@ impl Checked<'_> {
     }
 }
 
-/// Each layer x tile height (None: chosen per call) x cluster size (None: chosen per call)
-/// x K split cap (none, 1; tiles of more than 128 rows never split) x M: the result against
-/// the f64 reference, and a rerun bit-identical.
-fn check_tile_heights(
+/// Each layer x tile height x tile width (None: chosen per call) x cluster size (None:
+/// chosen per call) x K split cap (none, 1; tiles of more than 128 rows never split) x M:
+/// the result against the f64 reference, and a rerun bit-identical. A width the layer's
+/// blocks lack must be refused at build by name, and is skipped.
+fn check_tiles(
     gpu: &std::sync::Arc<fp8_linear::cuda::runtime::Gpu>,
     layers: &[LayerConfig],
     heights: &[Option<u16>],
+    widths: &[Option<u16>],
     clusters: &[Option<u16>],
     ms: &[usize],
 ) {
@@ -394,10 +474,11 @@ fn check_tile_heights(
         let layer = HostLayer::random(cfg, WeightGen::Spread(3));
         let ref_cfg = HopperBlockFp8::ENTRY.reference_config(cfg);
         let tol = Tolerance::for_kernel(&HopperBlockFp8::ENTRY, cfg);
-        for (&rows, &cluster) in heights
-            .iter()
-            .flat_map(|r| clusters.iter().map(move |c| (r, c)))
-        {
+        for (&rows, &cols, &cluster) in heights.iter().flat_map(|r| {
+            widths
+                .iter()
+                .flat_map(move |w| clusters.iter().map(move |c| (r, w, c)))
+        }) {
             let caps: &[Option<u16>] = if rows > Some(128) {
                 &[None]
             } else {
@@ -407,21 +488,26 @@ fn check_tile_heights(
                 let options = KernelOptions {
                     max_splits: splits,
                     tile_rows: rows,
+                    tile_cols: cols,
                     cluster,
                     ..KernelOptions::none()
                 };
                 let mut kernel: Box<dyn Fp8Kernel> =
                     match HopperBlockFp8::ENTRY.build(&target.build_ctx(cfg, &options)) {
                         Ok(k) => k,
-                        Err(e) => panic!("build {rows:?}: {e}"),
+                        Err(e) if cols.is_some() && e.to_string().contains("tile_cols") => {
+                            eprintln!("{}x{} tile_cols {cols:?}: {e}", cfg.n, cfg.k);
+                            continue;
+                        }
+                        Err(e) => panic!("build {rows:?}x{cols:?}: {e}"),
                     };
                 kernel
                     .process_weights(&layer.weights())
                     .unwrap_or_else(|e| panic!("process_weights: {e}"));
                 for &m in ms {
                     let label = format!(
-                        "{}x{} {:?}->{:?}, tile_rows {rows:?}, cluster {cluster:?}, \
-                         max_splits {splits:?}, M={m}",
+                        "{}x{} {:?}->{:?}, tile_rows {rows:?}, tile_cols {cols:?}, \
+                         cluster {cluster:?}, max_splits {splits:?}, M={m}",
                         cfg.n, cfg.k, cfg.input_dtype, cfg.output_dtype
                     );
                     let call = Checked {
@@ -451,21 +537,7 @@ fn overlapped_launch_matches_the_serial_one_bit_for_bit() {
         return;
     };
     let target = Target::from_gpu(gpu.clone());
-    let mut biased = LayerConfig::block_128(640, 1280, DType::F16, DType::F32);
-    biased.bias = true;
-    let layers = [
-        LayerConfig::block_128(1940, 1104, DType::Bf16, DType::Bf16),
-        biased,
-        LayerConfig::block(
-            1000,
-            2000,
-            (64, 64),
-            ScaleDtype::Ue8m0,
-            DType::Bf16,
-            DType::F16,
-        ),
-        LayerConfig::block(520, 904, (32, 32), ScaleDtype::F32, DType::F16, DType::Bf16),
-    ];
+    let layers = ragged_layers();
     let mut failures = Vec::new();
     for cfg in &layers {
         let layer = HostLayer::random(cfg, WeightGen::Spread(3));

@@ -15,17 +15,89 @@ macro_rules! cu {
     };
 }
 
-/// The source of a module: `cu/ptx.cuh`, each of the `cu/` headers named, then the body
-/// `cu/<body>`, a newline between each two.
-macro_rules! module_source {
+/// The compiled-in source of a module: `cu/ptx.cuh`, each of the `cu/` headers named, then
+/// the body `cu/<body>`, a newline between each two.
+macro_rules! embedded_source {
     ([$($header:literal),*] $body:literal) => {
         concat!(cu!("ptx.cuh"), "\n", $(cu!($header), "\n",)* cu!($body))
     };
 }
 
-/// The Marlin-class W8A16 module's source (`cu/marlin.cu` after `ptx.cuh` and
+/// The source a module is compiled from: [`embedded_source!`], or with the `dev-sources`
+/// feature the same files read from [`dev::ENV_CU_DIR`] when it is set.
+macro_rules! module_source {
+    ([$($header:literal),*] $body:literal) => {
+        dev::or(
+            embedded_source!([$($header),*] $body),
+            &["ptx.cuh", $($header,)* $body],
+        )
+    };
+}
+
+/// The development knob (cargo feature `dev-sources`, off by default): kernel sources read at
+/// run time from a directory instead of the compiled-in copy, so one GPU run can time
+/// edited kernels without rebuilding the Rust binaries.
+pub mod dev {
+    /// Environment variable naming the directory of `.cu` / `.cuh` files (the layout of
+    /// `kernels/src/cuda/cu/`) that modules are compiled from, read only with the
+    /// `dev-sources` feature.
+    pub const ENV_CU_DIR: &str = "FP8_LINEAR_CU_DIR";
+
+    /// `embedded`, or `files` read from [`ENV_CU_DIR`] and joined by newlines (once per
+    /// module source; kept for the process). A file that cannot be read falls back to
+    /// `embedded`, saying so on stderr.
+    #[cfg(feature = "dev-sources")]
+    pub fn or(embedded: &'static str, files: &[&str]) -> &'static str {
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock};
+        static READ: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
+        let Some(dir) = std::env::var_os(ENV_CU_DIR) else {
+            return embedded;
+        };
+        let dir = std::path::PathBuf::from(dir);
+        let key = format!("{}:{}", dir.display(), files.join(","));
+        let mut read = READ
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(src) = read.get(&key) {
+            return src;
+        }
+        let parts: Result<Vec<String>, String> = files
+            .iter()
+            .map(|f| {
+                std::fs::read_to_string(dir.join(f))
+                    .map_err(|e| format!("{}: {e}", dir.join(f).display()))
+            })
+            .collect();
+        match parts {
+            Ok(parts) => {
+                let src: &'static str = Box::leak(parts.join("\n").into_boxed_str());
+                eprintln!(
+                    "fp8-linear: {ENV_CU_DIR}: module sources {files:?} from {}",
+                    dir.display()
+                );
+                read.insert(key, src);
+                src
+            }
+            Err(e) => {
+                eprintln!("fp8-linear: {ENV_CU_DIR}: {e}; the compiled-in sources instead");
+                embedded
+            }
+        }
+    }
+
+    /// `embedded` (the `dev-sources` feature is off).
+    #[cfg(not(feature = "dev-sources"))]
+    #[inline]
+    pub fn or(embedded: &'static str, _files: &[&str]) -> &'static str {
+        embedded
+    }
+}
+
+/// The Marlin-class W8A16 module's compiled-in source (`cu/marlin.cu` after `ptx.cuh` and
 /// `epilogue.cuh`).
-pub const MARLIN: &str = module_source!(["epilogue.cuh"] "marlin.cu");
+pub const MARLIN: &str = embedded_source!(["epilogue.cuh"] "marlin.cu");
 
 /// The single `cu/` files the modules are put together from, for the assembly test below
 /// (the host models compile whole modules).
@@ -41,6 +113,8 @@ mod testing {
     pub const QUANT_BODY: &str = cu!("quant.cu");
     /// The portable block-FP8 GEMM and its split-K epilogue.
     pub const BLOCK_GEMM_BODY: &str = cu!("block_gemm.cu");
+    /// The wgmma wrappers of the Hopper GEMM, one per tile width.
+    pub const WGMMA: &str = cu!("wgmma.cuh");
     /// The Hopper block-FP8 GEMM (wgmma + TMA) and its split-K epilogue.
     pub const HOPPER_GEMM_BODY: &str = cu!("hopper_gemm.cu");
     /// The decode block-FP8 GEMM (M <= 16, quantization and split-K reduction inside).
@@ -91,13 +165,17 @@ pub fn block_gemm_module(
 }
 
 /// The Hopper module (compiled for the arch-specific `sm_90a`) for weight scale blocks of
-/// `block` = (rows along N, cols along K).
-pub fn hopper_module(block: (usize, usize)) -> ModuleSpec {
-    let spec = ModuleSpec::new(
+/// `block` = (rows along N, cols along K) and the output dtype as a float index
+/// (`dtype::float_index`: 0 f32, 1 f16, 2 bf16, the sources' default; `-DHOPPER_OUT`).
+pub fn hopper_module(block: (usize, usize), output: usize) -> ModuleSpec {
+    let mut spec = ModuleSpec::new(
         "fp8_hopper_gemm",
-        module_source!(["quant.cuh", "epilogue.cuh"] "hopper_gemm.cu"),
+        module_source!(["quant.cuh", "epilogue.cuh", "wgmma.cuh"] "hopper_gemm.cu"),
     )
     .arch_specific();
+    if output != 2 {
+        spec = spec.option(format!("-DHOPPER_OUT={output}"));
+    }
     scale_block_options(spec, block)
 }
 
@@ -117,7 +195,7 @@ pub fn decode_module(block: (usize, usize), (input, output): (usize, usize)) -> 
 /// The Marlin module. Load it with [`Gpu::module_for`](fp8_linear_cuda::Gpu::module_for) to
 /// compile for an older target.
 pub fn marlin_module() -> ModuleSpec {
-    ModuleSpec::new("marlin_w8a16", MARLIN)
+    ModuleSpec::new("marlin_w8a16", module_source!(["epilogue.cuh"] "marlin.cu"))
 }
 
 #[cfg(test)]
@@ -225,8 +303,8 @@ mod tests {
                 &[PTX, QUANT_HELPERS, EPILOGUE, BLOCK_GEMM_BODY],
             ),
             (
-                hopper_module((128, 128)),
-                &[PTX, QUANT_HELPERS, EPILOGUE, HOPPER_GEMM_BODY],
+                hopper_module((128, 128), 2),
+                &[PTX, QUANT_HELPERS, EPILOGUE, WGMMA, HOPPER_GEMM_BODY],
             ),
             (
                 decode_module((128, 128), (2, 2)),
@@ -241,11 +319,14 @@ mod tests {
         // No body includes anything (NVRTC gets no include paths).
         for body in [PTX, QUANT_HELPERS, EPILOGUE, QUANT_BODY, BLOCK_GEMM_BODY]
             .into_iter()
-            .chain([HOPPER_GEMM_BODY, DECODE_GEMM_BODY, MARLIN_BODY])
+            .chain([WGMMA, HOPPER_GEMM_BODY, DECODE_GEMM_BODY, MARLIN_BODY])
         {
             assert!(!body.contains("#include"));
         }
-        assert!(hopper_module((32, 32)).arch_specific);
+        assert!(hopper_module((32, 32), 2).arch_specific);
+        // The output dtype is a `-D` option but for bf16, the sources' default.
+        assert!(hopper_module((128, 128), 2).options.is_empty());
+        assert_eq!(hopper_module((128, 128), 0).options, ["-DHOPPER_OUT=0"]);
         // 128 x 128 blocks are the sources' default; other blocks are `-D` options.
         assert!(block_gemm_module(1, 4, 1, (128, 128)).options.len() == 2);
         assert!(block_gemm_module(1, 4, 1, (32, 64)).options.len() == 4);
@@ -262,7 +343,7 @@ mod tests {
             return;
         }
         // FP8 mma needs sm_89; wgmma and TMA sm_90a; Marlin's bf16 mma sm_80.
-        let specs: [(ModuleSpec, &[&str]); 16] = [
+        let specs: [(ModuleSpec, &[&str]); 17] = [
             (quant_module(), &["sm_80", "sm_89", "sm_90"]),
             (block_gemm_module(1, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
             (block_gemm_module(2, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
@@ -271,10 +352,11 @@ mod tests {
             (block_gemm_module(4, 4, 1, (32, 32)), &["sm_89"]),
             (block_gemm_module(1, 4, 1, (8, 64)), &["sm_89"]),
             (block_gemm_module(2, 4, 1, (128, 64)), &["sm_89"]),
-            (hopper_module((128, 128)), &["sm_90a"]),
-            (hopper_module((32, 32)), &["sm_90a"]),
-            (hopper_module((64, 64)), &["sm_90a"]),
-            (hopper_module((128, 64)), &["sm_90a"]),
+            (hopper_module((128, 128), 2), &["sm_90a"]),
+            (hopper_module((128, 128), 0), &["sm_90a"]),
+            (hopper_module((32, 32), 1), &["sm_90a"]),
+            (hopper_module((64, 64), 2), &["sm_90a"]),
+            (hopper_module((128, 64), 0), &["sm_90a"]),
             (marlin_module(), &["sm_80", "sm_86", "sm_89"]),
             (decode_module((128, 128), (2, 2)), &["sm_89", "sm_90"]),
             (decode_module((128, 128), (0, 1)), &["sm_90"]),

@@ -1,32 +1,37 @@
 // Hopper block-scaled FP8 GEMM (sm_90a): TMA loads into a STAGES-deep shared-memory ring
 // guarded by mbarriers, one producer warpgroup (one thread issues the TMA loads, a second
 // warp copies each stage's scales; few registers through setmaxnreg), NWG math warpgroups
-// issuing wgmma m64n128k32 e4m3 x e4m3 -> f32 from 128B-swizzled K-major shared-memory
-// descriptors. Each SBK-long scale block of a 128-long K tile is multiplied into fresh
-// accumulators and then promoted into f32 totals with As[m, kb] * Bs[n / SBN, kb] (scale
-// blocks SBN x SBK: SBN 32, 64 or 128 along N, SBK 32, 64 or 128 along K). The 64- and
-// 128-row tiles keep two accumulator sets, so a scale block's MMAs run while the previous
-// block is promoted. Tiles are BM x 128 with BM = 64 x NWG x WAVES (64, 128, 192 or 256
-// rows; the host picks per call). Persistent: a grid of at most one CTA per SM walks the
-// (tile, K split) work units. Launched overlapped with the activation quantization before it
-// (programmatic dependent launch): the TMA thread loads the first round of weight tiles while
-// that kernel runs, then waits for it (griddep_wait) before the first activation tile; the
-// scale warp waits before it reads the activation scales.
+// issuing wgmma m64nBNk32 e4m3 x e4m3 -> f32 (wgmma.cuh) from 128B-swizzled K-major
+// shared-memory descriptors. Each SBK-long scale block of a 128-long K tile is multiplied
+// into fresh accumulators and then promoted into f32 totals with As[m, kb] * Bs[n / SBN, kb]
+// (scale blocks SBN x SBK: SBN 32, 64 or 128 along N, SBK 32, 64 or 128 along K); a stage
+// goes back to the producer as soon as its last MMAs are done and their scales are in
+// registers, before that promotion. The 64- and 128-row tiles of up to 128 columns keep two
+// accumulator sets, so a scale block's MMAs run while the previous block is promoted. Tiles
+// are BM x BN with BM = 64 x NWG x WAVES (64, 128, 192 or 256 rows) and BN 16 to 144
+// columns; the host picks both per call. Persistent: a grid of at most one CTA per SM walks
+// the (tile, K split) work units. Launched overlapped with the activation quantization
+// before it (programmatic dependent launch): the TMA thread loads the first round of weight
+// tiles while that kernel runs, then waits for it (griddep_wait) before the first activation
+// tile; the scale warp waits before it reads the activation scales.
 //
 //   out[m, n] = sum_kb As[m, kb] * Bs[n / SBN, kb] * sum_{k in kb} A[m, k] * B[n, k]  (+ bias[n])
 //
 // A: [M, ldk] e4m3 codes through tensor map `ta` (box 128 x BM), columns K..ldk zero.
-// B: [N, ldk] e4m3 codes through tensor map `tb` (box 128 x 128). TMA zero-fills rows past
+// B: [N, ldk] e4m3 codes through tensor map `tb` (box 128 x BN). TMA zero-fills rows past
 // M / N and columns past ldk, so partial tiles need no masking on the load side.
 // As: [Kbs, M] f32 (M fastest), Bs: [ceil(N/SBN), Kbs] f32, Kbs = ceil(K / SBK). Stores
 // are masked. With more than one K split (tiles of at most 128 rows), split s stores its
 // partial sums to ws[s][M][N] (every valid element of its tile) and `hopper_finalize_*`
-// sums the splits in order (deterministic).
+// sums the splits in order (deterministic). The output is of dtype HOPPER_OUT, fixed per module.
 
-#define BN 128
 #define BK 128
 #define SUBS (BK / SBK)  // scale blocks per K tile
-#define NSB (BN / SBN)   // scale rows per N tile
+// The output dtype of the module's kernels (0 f32, 1 f16, 2 bf16; `-DHOPPER_OUT=` from the
+// host: a layer has one, and compiling only its kernels keeps the module small).
+#ifndef HOPPER_OUT
+#define HOPPER_OUT 2
+#endif
 
 struct __align__(64) TmaDesc {
     u64 opaque[16];
@@ -74,32 +79,6 @@ __device__ __forceinline__ void wgmma_wait1() {
     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
 }
 
-// d[64] (+)= A[64 x 32] * B[128 x 32]^T; `acc` false: d = A * B.
-__device__ __forceinline__ void wgmma_m64n128k32(float* d, u64 da, u64 db, int acc) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
-        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
-          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
-          "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(acc));
-}
-
 // ---- the kernel -----------------------------------------------------------------------
 // Work unit u -> (n block, m block, split): units sharing a weight tile are adjacent, so
 // CTAs running at the same time read each weight tile from HBM about once. With clusters of
@@ -140,30 +119,42 @@ __device__ __forceinline__ u32 peer_addr(u32 addr, u32 rank) {
 }
 
 // ---- scales staged in shared memory ---------------------------------------------------
+// The scale rows of the weight scale blocks that a BN-column tile spans: BN / SBN when SBN
+// divides BN, one when BN divides SBN (both: ALIGNED, every tile starts on a row or inside
+// one), else at most two (BN + SBN - gcd(BN, SBN) <= 2 SBN, which the host checks: the
+// 96-, 112- and 144-column tiles over 128-row blocks), where 8-column group j of tile nb
+// reads the second row once 8 j >= SBN - (nb BN) % SBN.
+template <int BN> struct Cols {
+    static constexpr bool ALIGNED = BN % SBN == 0 || SBN % BN == 0;
+    static constexpr int NSB = ALIGNED ? (BN >= SBN ? BN / SBN : 1) : 2;
+    static constexpr int NACC = BN / 2;  // accumulators per thread (m64nBN)
+};
+
 // Each stage holds, beside its A and B tiles, the scales its promotions read: SUBS x BM
 // activation scales (rows fastest), then SUBS x NSB weight scales. One producer warp copies
 // them with 4-byte cp.async (zero-filled past M and past K) and each lane's copies arrive on
 // the stage's full barrier when they land, so the math warpgroups read them from shared
 // memory after the barrier instead of waiting on L2 for them once per K tile.
-template <int BM> struct Sc {
-    static constexpr u32 FLOATS = SUBS * (BM + NSB);
+template <int BM, int BN> struct Sc {
+    static constexpr u32 FLOATS = SUBS * (BM + Cols<BN>::NSB);
     static constexpr u32 BYTES = (FLOATS * 4 + 15) & ~15u;
 };
 
 // The scale warp: for every stage the TMA thread fills, the same stage's scales.
-template <int BM, int STAGES>
+template <int BM, int BN, int STAGES>
 __device__ __forceinline__ void stage_scales(const float* __restrict__ As,
                                              const float* __restrict__ Bs, u32 ssc, u32 bars,
                                              int M, int Kbs, int nbs, const Sched& sc,
                                              int lane) {
+    constexpr int NSB = Cols<BN>::NSB;
     u32 it = 0;
     for (int u = sc.first; u < sc.units; u += sc.step) {
         const Unit w = sc.at(u);
-        const int brow = min(w.nb * NSB + lane, nbs - 1);
+        const int brow = min((w.nb * BN) / SBN + lane, nbs - 1);
         for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
             const u32 s = it % STAGES, ph = (it / STAGES) & 1;
             mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
-            const u32 dst = ssc + s * Sc<BM>::BYTES;
+            const u32 dst = ssc + s * Sc<BM, BN>::BYTES;
 #pragma unroll
             for (int sub = 0; sub < SUBS; ++sub) {
                 const int kbs = kb * SUBS + sub;
@@ -183,35 +174,54 @@ __device__ __forceinline__ void stage_scales(const float* __restrict__ As,
     }
 }
 
-// Promotion of one scale block: tot += acc * As[row] * Bs[col / SBN], the scales read from
-// the stage's shared copy `c` (`row` = the thread's first row in the tile; its second is 8
-// below). Accumulator i sits at row `row` (i % 4 < 2) or row + 8, tile column 8 (i / 4) +
-// col_in + (i % 2): scale row 8 (i / 4) / SBN.
-template <int BM>
-__device__ __forceinline__ void promote(float (&tot)[64], const float (&acc)[64],
-                                        const float* c, int sub, int row) {
-    const float a0 = c[sub * BM + row], a1 = c[sub * BM + row + 8];
-    float f0[NSB], f1[NSB];
+// The factors As[row] * Bs[q] of one scale block for a thread's two rows (`row` = its first
+// row in the tile; the second is 8 below), read from the stage's shared copy `c`.
+template <int BM, int BN> struct Fac {
+    float f0[Cols<BN>::NSB], f1[Cols<BN>::NSB];
+    __device__ __forceinline__ Fac(const float* c, int sub, int row) {
+        constexpr int NSB = Cols<BN>::NSB;
+        const float a0 = c[sub * BM + row], a1 = c[sub * BM + row + 8];
 #pragma unroll
-    for (int q = 0; q < NSB; ++q) {
-        const float b = c[SUBS * BM + sub * NSB + q];
-        f0[q] = a0 * b;
-        f1[q] = a1 * b;
+        for (int q = 0; q < NSB; ++q) {
+            const float b = c[SUBS * BM + sub * NSB + q];
+            f0[q] = a0 * b;
+            f1[q] = a1 * b;
+        }
     }
+};
+
+// Promotion of one scale block: tot += acc * As[row] * Bs[col / SBN]. Accumulator i sits at
+// row `row` (i % 4 < 2) or row + 8, tile column 8 (i / 4) + col_in + (i % 2): scale row
+// 8 (i / 4) / SBN of the tile's first (ALIGNED), else the second row from column group
+// `second` on (SBN - (nb BN) % SBN, over 8).
+template <int BM, int BN>
+__device__ __forceinline__ void promote(float (&tot)[Cols<BN>::NACC],
+                                        const float (&acc)[Cols<BN>::NACC],
+                                        const Fac<BM, BN>& f, int second) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
-        const int q = (8 * (i / 4)) / SBN;
-        tot[i] += acc[i] * ((i & 2) ? f1[q] : f0[q]);
+    for (int i = 0; i < Cols<BN>::NACC; ++i) {
+        float s;
+        if constexpr (Cols<BN>::ALIGNED) {
+            constexpr int Q = 0;  // (i is not a constant expression: index below)
+            const int q = BN >= SBN ? (8 * (i / 4)) / SBN : Q;
+            s = (i & 2) ? f.f1[q] : f.f0[q];
+        } else {
+            // A select, not an index: a run-time index would put the factors in local memory.
+            const bool hi = i / 4 >= second;
+            s = (i & 2) ? (hi ? f.f1[1] : f.f1[0]) : (hi ? f.f0[1] : f.f0[0]);
+        }
+        tot[i] += acc[i] * s;
     }
 }
 
-// A thread's 64 tile values (accumulator i at row r0 (i % 4 < 2) or r1, column c0 + 8 (i / 4)
+// A thread's tile values (accumulator i at row r0 (i % 4 < 2) or r1, column c0 + 8 (i / 4)
 // + (i % 2)) stored to the f32 [M, N] matrix `p`, rows and columns past M, N skipped;
 // `pairs`: two adjacent values as one 8-byte store (N even).
-__device__ __forceinline__ void store_tile(float* __restrict__ p, const float (&v)[64], int r0,
+template <int NACC>
+__device__ __forceinline__ void store_tile(float* __restrict__ p, const float (&v)[NACC], int r0,
                                            int r1, int c0, int M, int N, bool pairs) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < NACC / 4; ++j) {
         const int c = c0 + 8 * j;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -228,14 +238,42 @@ __device__ __forceinline__ void store_tile(float* __restrict__ p, const float (&
         }
     }
 }
+
+// The tile's totals (wave v's accumulator i at row r0[v] (i % 4 < 2) or r1[v], column c0 +
+// 8 (i / 4) + (i % 2)) + bias stored in output dtype OUT, rows and columns past M, N skipped.
+template <int OUT, int WAVES, int NACC>
+__device__ __forceinline__ void store_totals(void* __restrict__ out, const float (&tot)[WAVES][NACC],
+                                             const int (&r0)[WAVES], const int (&r1)[WAVES],
+                                             int c0, const float* __restrict__ bias, int M,
+                                             int N) {
+#pragma unroll
+    for (int v = 0; v < WAVES; ++v)
+#pragma unroll
+        for (int j = 0; j < NACC / 4; ++j) {
+            const int c = c0 + j * 8;
+            if (c >= N) continue;
+            const bool both = c + 1 < N;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = h ? r1[v] : r0[v];
+                if (r >= M) continue;
+                store2_bias<OUT>(out, (long long)r * N + c, bias, c, tot[v][4 * j + 2 * h],
+                                 tot[v][4 * j + 2 * h + 1], both, (N & 1) == 0);
+            }
+        }
+}
+
 // The math warpgroups' side of `hopper_gemm` (warpgroup `threadIdx.x / 128`, 1 to NWG).
-template <int NWG, int WAVES, int STAGES, int OUT, int CL>
+template <int NWG, int WAVES, int STAGES, int BN, int CL>
 __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars, const Sched& sc,
                                      void* __restrict__ out, float* __restrict__ ws,
                                      const float* __restrict__ bias, int M, int N, bool split) {
     constexpr int BM = 64 * NWG * WAVES;
-    constexpr bool PIPE = WAVES == 1 && NWG <= 2;
+    constexpr int NACC = Cols<BN>::NACC;
+    constexpr bool PIPE = WAVES == 1 && NWG <= 2 && BN <= 128;
     constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
+    constexpr u32 SC_FLOATS = Sc<BM, BN>::BYTES / 4;
+    using F = Fac<BM, BN>;
     const int wg = threadIdx.x / 128;
 
     // Math warpgroups.
@@ -245,10 +283,10 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int row_in = mw * 64 + warp * 16 + lane / 4;  // in wave 0; wave w adds 64 NWG w
     const int col_in = (lane % 4) * 2;
-    // The stage's last MMAs are done (and its scales read): hand it back to the producer.
-    // (A predicated arrive, not a branch: MMAs may be in flight.)
-    // With clusters, on the stage's empty barrier of every CTA of the cluster (each one's
-    // producer multicasts into this CTA's stage).
+    // The stage's last MMAs are done and its scales read: hand it back to the producer. (A
+    // predicated arrive, not a branch: MMAs may be in flight.) With clusters, on the stage's
+    // empty barrier of every CTA of the cluster (each one's producer multicasts into this
+    // CTA's stage).
     auto release = [&](u32 s) {
         __syncwarp();
         if constexpr (CL == 1) {
@@ -259,10 +297,12 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
                 mbar_arrive_cluster_if(peer_addr(bars + 8 * (STAGES + s), r), lane == 0);
         }
     };
-    float tot[WAVES][64];
+    float tot[WAVES][NACC];
     u32 it = 0;
     for (int u = sc.first; u < sc.units; u += sc.step) {
         const Unit w = sc.at(u);
+        // Column group from which the tile reads its second scale row (unaligned widths).
+        const int second = (SBN - (w.nb * BN) % SBN) / 8;
         // Slabs of this warpgroup whose rows exist: uniform over the warpgroup, and the
         // same for every split of the tile.
         int live = 0;
@@ -277,7 +317,7 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
 #pragma unroll
         for (int v = 0; v < WAVES; ++v)
 #pragma unroll
-            for (int i = 0; i < 64; ++i) tot[v][i] = 0.f;
+            for (int i = 0; i < NACC; ++i) tot[v][i] = 0.f;
         if constexpr (PIPE) {
             if (!live) {
                 // No rows here: only keep the stage ring turning.
@@ -288,12 +328,12 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
                 }
                 goto epilogue;
             }
-            float acc0[64], acc1[64];
+            float acc0[NACC], acc1[NACC];
             // Step (i, sub): scale block `sub` of the K tile in stage sequence number i. Its
             // MMAs go to acc0 or acc1 by the step's parity, which is a compile-time constant
             // below: K tiles are walked in pairs (2 SUBS steps), so every branch around the
             // MMAs in flight is uniform and ptxas keeps them asynchronous.
-            auto issue = [&](u32 i, int sub, float(&d)[64]) {
+            auto issue = [&](u32 i, int sub, float(&d)[NACC]) {
                 const u32 s = i % STAGES;
                 if (sub == 0) mbar_wait(bars + 8 * s, (i / STAGES) & 1);
                 const u64 da = wgmma_desc(sa + s * A_BYTES + 64 * mw * BK);
@@ -302,15 +342,16 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
 #pragma unroll
                 for (int jj = 0; jj < SBK / 32; ++jj) {
                     const int kk = sub * (SBK / 32) + jj;
-                    wgmma_m64n128k32(d, da + 2 * kk, db + 2 * kk, jj);
+                    Wgmma<BN>::mma(d, da + 2 * kk, db + 2 * kk, jj);
                 }
                 wgmma_commit();
             };
             // Promotes step (i, sub), whose MMAs are done; the stage goes back to the producer
             // after its last scale block.
-            auto retire = [&](u32 i, int sub, const float(&d)[64]) {
+            auto retire = [&](u32 i, int sub, const float(&d)[NACC]) {
                 const u32 s = i % STAGES;
-                promote<BM>(tot[0], d, scg + s * (Sc<BM>::BYTES / 4), sub, row_in);
+                const F f(scg + s * SC_FLOATS, sub, row_in);
+                promote<BM, BN>(tot[0], d, f, second);
                 if (sub == SUBS - 1) release(s);
             };
             // The 2 SUBS steps of K tiles `i` and `i + 1` (step 0 already issued into acc0);
@@ -354,11 +395,11 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
                 it += 1;
             }
         } else {
-            float acc[64];
+            float acc[NACC];
             for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
                 const u32 s = it % STAGES, ph = (it / STAGES) & 1;
                 mbar_wait(bars + 8 * s, ph);
-                const float* c = scg + s * (Sc<BM>::BYTES / 4);
+                const float* c = scg + s * SC_FLOATS;
                 const u64 db = wgmma_desc(sb + s * B_BYTES);
 #pragma unroll
                 for (int v = 0; v < WAVES; ++v) {
@@ -370,59 +411,46 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
 #pragma unroll
                             for (int j = 0; j < SBK / 32; ++j) {
                                 const int kk = sub * (SBK / 32) + j;
-                                wgmma_m64n128k32(acc, da + 2 * kk, db + 2 * kk, j);
+                                Wgmma<BN>::mma(acc, da + 2 * kk, db + 2 * kk, j);
                             }
                             wgmma_commit();
                             wgmma_wait0();
-                            promote<BM>(tot[v], acc, c, sub, 64 * NWG * v + row_in);
+                            promote<BM, BN>(tot[v], acc, F(c, sub, 64 * NWG * v + row_in), second);
                         }
                     }
                 }
-                // After the promotions: they read the stage's scales.
+                // After the promotions (they read the stage's scales). Released before them, as
+                // soon as the last MMAs were done, the 256-row tile measured 5 % slower on the
+                // H200 (4096x7168, M = 4096), the others within 1 %.
                 release(s);
             }
         }
     epilogue:
         if (live == 0) continue;
-        // Epilogue: accumulator i of wave v sits at row r0[v] (i % 4 < 2) or r1[v], column
-        // 8 * (i / 4) + col_in + (i % 2).
         // (Tiles of more than 128 rows are never split: the host plans them with one split,
         // and the reduction's registers would spill.)
         if (BM <= 128 && split) {
             // This split's partial sums; `hopper_finalize_*` adds the splits in order.
-            store_tile(ws + (long long)w.sp * M * N, tot[0], r0[0], r1[0], w.nb * BN + col_in, M,
-                       N, (N & 1) == 0);
+            store_tile<NACC>(ws + (long long)w.sp * M * N, tot[0], r0[0], r1[0],
+                             w.nb * BN + col_in, M, N, (N & 1) == 0);
             continue;
         }
-#pragma unroll
-        for (int v = 0; v < WAVES; ++v)
-#pragma unroll
-            for (int j = 0; j < 16; ++j) {
-                const int c = w.nb * BN + j * 8 + col_in;
-                if (c >= N) continue;
-                const bool both = c + 1 < N;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = h ? r1[v] : r0[v];
-                    if (r >= M) continue;
-                    store2_bias<OUT>(out, (long long)r * N + c, bias, c, tot[v][4 * j + 2 * h],
-                                     tot[v][4 * j + 2 * h + 1], both, (N & 1) == 0);
-                }
-            }
+        store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, M, N);
     }
 }
 
 // NWG math warpgroups, each running WAVES 64-row slabs of the BM = 64 * NWG * WAVES row
 // tile: warpgroup g, wave w owns rows 64 * (NWG * w + g) .. +64. A wave's fresh accumulators
 // are promoted into its own f32 totals (tot[w]), so registers grow with WAVES while the
-// shared B tile (and its L2 traffic) is amortised over more rows.
+// shared B tile (and its L2 traffic) is amortised over more rows. Tiles are BN columns wide
+// (16 to 144).
 //
-// PIPE (one wave and at most two math warpgroups, whose registers hold two accumulator
-// sets): a scale block's MMAs are issued into one set before the previous block, in the
-// other set, is waited for and promoted, so the tensor cores run while the warpgroup
-// promotes. Otherwise each scale block's MMAs are waited for before its promotion (the
-// other warpgroups' MMAs fill part of that wait).
-template <int NWG, int WAVES, int STAGES, int OUT, int CL>
+// PIPE (one wave, at most two math warpgroups and at most 128 columns, whose registers hold
+// two accumulator sets): a scale block's MMAs are issued into one set before the previous
+// block, in the other set, is waited for and promoted, so the tensor cores run while the
+// warpgroup promotes. Otherwise each scale block's MMAs are waited for before its promotion
+// (the other warpgroups' MMAs fill part of that wait).
+template <int NWG, int WAVES, int STAGES, int BN, int CL>
 __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb,
                                             const float* __restrict__ As,
                                             const float* __restrict__ Bs, void* __restrict__ out,
@@ -430,14 +458,13 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
                                             const float* __restrict__ bias, int M, int N, int K,
                                             int kbps, int splits) {
     constexpr int BM = 64 * NWG * WAVES;
-    constexpr bool PIPE = WAVES == 1 && NWG <= 2;
     constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
     extern __shared__ u8 smem_raw[];
     const u32 raw = smem_u32(smem_raw);
     const u32 base = (raw + 1023u) & ~1023u;
     const u32 sa = base, sb = base + STAGES * A_BYTES;
     const u32 ssc = sb + STAGES * B_BYTES;
-    const u32 bars = ssc + STAGES * Sc<BM>::BYTES;  // full[STAGES], then empty[STAGES]
+    const u32 bars = ssc + STAGES * Sc<BM, BN>::BYTES;  // full[STAGES], then empty[STAGES]
     const float* scg = reinterpret_cast<const float*>(smem_raw + (ssc - raw));
     const int Kb = (K + BK - 1) / BK;
     const int Kbs = (K + SBK - 1) / SBK, nbs = (N + SBN - 1) / SBN;
@@ -513,76 +540,68 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
             }
         } else if (threadIdx.x / 32 == 1) {
             griddep_wait();  // the activation scales come from the kernel before this one
-            stage_scales<BM, STAGES>(As, Bs, ssc, bars, M, Kbs, nbs, sc, threadIdx.x % 32);
+            stage_scales<BM, BN, STAGES>(As, Bs, ssc, bars, M, Kbs, nbs, sc, threadIdx.x % 32);
         }
     } else {
-        math<NWG, WAVES, STAGES, OUT, CL>(sa, sb, scg, bars, sc, out, ws, bias, M, N, splits > 1);
+        math<NWG, WAVES, STAGES, BN, CL>(sa, sb, scg, bars, sc, out, ws, bias, M, N, splits > 1);
     }
     // No CTA leaves while a peer may still multicast into it or arrive on its barriers.
     if constexpr (CL > 1) cluster_sync();
 }
 
-#define HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, CL, ATTR)                               \
+// hopper_gemm_bm<BM>_n<BN>[c2]: one kernel per tile (rows BM = 64 NWG WAVES, columns BN,
+// STAGES pipeline stages, CL CTAs per cluster), storing the module's output dtype HOPPER_OUT.
+#define HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, BN, CL, ATTR)                                \
     extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) ATTR                        \
         NAME(const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb,             \
              const float* As, const float* Bs, void* out, float* ws, const float* bias, int M,   \
              int N, int K, int kbps, int splits) {                                               \
-        hopper_gemm<NWG, WAVES, STAGES, OUT, CL>(&ta, &tb, As, Bs, out, ws, bias, M, N, K, kbps, \
-                                                 splits);                                        \
+        hopper_gemm<NWG, WAVES, STAGES, BN, CL>(&ta, &tb, As, Bs, out, ws, bias, M, N, K, kbps,  \
+                                                splits);                                         \
     }
-#define HOPPER_KERNEL(NAME, NWG, WAVES, STAGES, OUT) HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, 1, )
+#define HOPPER_KERNEL(NAME, NWG, WAVES, STAGES, BN) HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, BN, 1, )
 // Clusters of two CTAs along M sharing (multicasting) the weight tile: the launch needs a
-// grid of an even size and `tb` with boxes of 64 rows.
-#define HOPPER_KERNEL_C2(NAME, NWG, WAVES, STAGES, OUT)                                           \
-    HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, OUT, 2, __cluster_dims__(2, 1, 1))
+// grid of an even size and `tb` with boxes of BN / 2 rows.
+#define HOPPER_KERNEL_C2(NAME, NWG, WAVES, STAGES, BN)                                            \
+    HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, BN, 2, __cluster_dims__(2, 1, 1))
 
-// BM = 64: one math warpgroup, 24 KiB stages; BM = 128: two, 32 KiB stages; BM = 192: three
-// (160 registers each), 40 KiB stages; BM = 256: two warpgroups of two waves each, 48 KiB
-// stages. The last two only where a K tile holds at most two scale blocks (SBK >= 64): with
-// more, their scales no longer fit in registers beside the totals.
-HOPPER_KERNEL(hopper_gemm_bm64_f32, 1, 1, 8, 0)
-HOPPER_KERNEL(hopper_gemm_bm64_f16, 1, 1, 8, 1)
-HOPPER_KERNEL(hopper_gemm_bm64_bf16, 1, 1, 8, 2)
-HOPPER_KERNEL(hopper_gemm_bm128_f32, 2, 1, 6, 0)
-HOPPER_KERNEL(hopper_gemm_bm128_f16, 2, 1, 6, 1)
-HOPPER_KERNEL(hopper_gemm_bm128_bf16, 2, 1, 6, 2)
-HOPPER_KERNEL_C2(hopper_gemm_bm128c2_f32, 2, 1, 6, 0)
-HOPPER_KERNEL_C2(hopper_gemm_bm128c2_f16, 2, 1, 6, 1)
-HOPPER_KERNEL_C2(hopper_gemm_bm128c2_bf16, 2, 1, 6, 2)
+// The tiles (must match VARIANTS in gemm/hopper.rs). BM = 64: one math warpgroup, 16 stages
+// for the narrow widths down to 8 at 128 and 144 columns; BM = 128: two, 8 stages at 64
+// columns, 6 at 128; BM = 192: three (160 registers each), 5 stages; BM = 256: two
+// warpgroups of two waves each, 4 stages. The tall ones only where a K tile holds at most
+// two scale blocks (SBK >= 64): with more, their scales no longer fit in registers beside the
+// totals. The unaligned widths (96, 112, 144) only over 128-row weight blocks.
+HOPPER_KERNEL(hopper_gemm_bm64_n16, 1, 1, 16, 16)
+HOPPER_KERNEL(hopper_gemm_bm64_n32, 1, 1, 16, 32)
+HOPPER_KERNEL(hopper_gemm_bm64_n64, 1, 1, 12, 64)
+HOPPER_KERNEL(hopper_gemm_bm64_n128, 1, 1, 8, 128)
+HOPPER_KERNEL(hopper_gemm_bm128_n64, 2, 1, 8, 64)
+HOPPER_KERNEL(hopper_gemm_bm128_n128, 2, 1, 6, 128)
+HOPPER_KERNEL_C2(hopper_gemm_bm128_n128c2, 2, 1, 6, 128)
+#if SBN == 128
+HOPPER_KERNEL(hopper_gemm_bm64_n96, 1, 1, 10, 96)
+HOPPER_KERNEL(hopper_gemm_bm64_n112, 1, 1, 9, 112)
+HOPPER_KERNEL(hopper_gemm_bm64_n144, 1, 1, 8, 144)
+HOPPER_KERNEL(hopper_gemm_bm128_n96, 2, 1, 7, 96)
+HOPPER_KERNEL(hopper_gemm_bm128_n112, 2, 1, 6, 112)
+HOPPER_KERNEL(hopper_gemm_bm128_n144, 2, 1, 6, 144)
+#endif
 #if SBK >= 64
-HOPPER_KERNEL(hopper_gemm_bm192_f32, 3, 1, 5, 0)
-HOPPER_KERNEL(hopper_gemm_bm192_f16, 3, 1, 5, 1)
-HOPPER_KERNEL(hopper_gemm_bm192_bf16, 3, 1, 5, 2)
-HOPPER_KERNEL(hopper_gemm_bm256_f32, 2, 2, 4, 0)
-HOPPER_KERNEL(hopper_gemm_bm256_f16, 2, 2, 4, 1)
-HOPPER_KERNEL(hopper_gemm_bm256_bf16, 2, 2, 4, 2)
-HOPPER_KERNEL_C2(hopper_gemm_bm256c2_f32, 2, 2, 4, 0)
-HOPPER_KERNEL_C2(hopper_gemm_bm256c2_f16, 2, 2, 4, 1)
-HOPPER_KERNEL_C2(hopper_gemm_bm256c2_bf16, 2, 2, 4, 2)
+HOPPER_KERNEL(hopper_gemm_bm192_n128, 3, 1, 5, 128)
+HOPPER_KERNEL(hopper_gemm_bm256_n128, 2, 2, 4, 128)
+HOPPER_KERNEL_C2(hopper_gemm_bm256_n128c2, 2, 2, 4, 128)
 #endif
 
 // Split-K epilogue: out = sum over splits of ws[s] (+ bias), converted to the output dtype.
-template <int OUT>
-__device__ void hopper_finalize(const float* __restrict__ ws, void* __restrict__ out,
-                                const float* __restrict__ bias, int M, int N, int splits) {
+extern "C" __global__ void hopper_finalize(const float* __restrict__ ws, void* __restrict__ out,
+                                           const float* __restrict__ bias, int M, int N,
+                                           int splits) {
     const long long total = (long long)M * N;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         float v = 0.f;
         for (int s = 0; s < splits; ++s) v += ws[s * total + i];
         if (bias != 0) v += bias[i % N];
-        store2<OUT>(out, i, v, 0.f, false, false);
+        store2<HOPPER_OUT>(out, i, v, 0.f, false, false);
     }
-}
-extern "C" __global__ void hopper_finalize_f32(const float* ws, void* out, const float* bias, int M,
-                                              int N, int splits) {
-    hopper_finalize<0>(ws, out, bias, M, N, splits);
-}
-extern "C" __global__ void hopper_finalize_f16(const float* ws, void* out, const float* bias, int M,
-                                              int N, int splits) {
-    hopper_finalize<1>(ws, out, bias, M, N, splits);
-}
-extern "C" __global__ void hopper_finalize_bf16(const float* ws, void* out, const float* bias, int M,
-                                              int N, int splits) {
-    hopper_finalize<2>(ws, out, bias, M, N, splits);
 }

@@ -2,20 +2,21 @@
 //! shared-memory ring with mbarriers; a producer warpgroup with few registers (setmaxnreg)
 //! whose first thread issues the tile loads and whose second warp copies each stage's
 //! scales into shared memory (cp.async, arriving on the stage's barrier); math warpgroups
-//! issuing wgmma m64n128k32 e4m3 from 128B-swizzled descriptors, with per-block promotion
+//! issuing wgmma m64nNk32 e4m3 from 128B-swizzled descriptors, with per-block promotion
 //! into f32 with the 1xC activation and RxC weight scales (R 32, 64 or 128, C 32, 64 or 128;
-//! f32 or ue8m0). Persistent tile scheduling over tiles of 64, 128, 192 or 256 rows x 128
-//! columns (the height chosen per call by [`plan_tile_rows`]); the 64- and 128-row tiles keep
-//! two accumulator sets, so one scale block's MMAs run while the previous one is promoted.
-//! Split-K when the tiles do not fill the GPU (each split stores its partial tile to an f32
-//! workspace, an epilogue kernel sums them in order). On request
+//! f32 or ue8m0); a stage goes back to the producer before its promotion. Persistent tile
+//! scheduling over tiles of 64, 128, 192 or 256 rows x 16 to 144 columns, both chosen per
+//! call by [`plan_tile`] so the tiles fill the GPU; the tiles of at most 128 rows and
+//! columns keep two accumulator sets, so one scale block's MMAs run while the previous one
+//! is promoted. Split-K where no tile fills the GPU (each split stores its partial tile to
+//! an f32 workspace, an epilogue kernel sums them in order). On request
 //! ([`KernelOptions::cluster`](fp8_linear_core::KernelOptions)), clusters of two CTAs along M
 //! that load each weight tile once, half each, multicast to both. The GEMM is launched
 //! overlapped with the activation quantization before it (programmatic dependent launch,
 //! [`KernelOptions::overlap`](fp8_linear_core::KernelOptions), on by default): its launch,
 //! prologue and first round of weight tiles run while the quantization does, and it waits for
 //! the quantization before it reads the activations.
-//! Source: `cu/hopper_gemm.cu`.
+//! Source: `cu/hopper_gemm.cu` (and the wgmma wrappers, `cu/wgmma.cuh`).
 
 use std::sync::Arc;
 
@@ -32,9 +33,7 @@ use crate::cuda::skeleton::block::{
 };
 use crate::cuda::skeleton::dtype::float_index;
 use crate::cuda::skeleton::error::{be, be_at};
-use crate::cuda::skeleton::launch::{
-    elementwise, grid, launch, launch_overlapped, param, per_float,
-};
+use crate::cuda::skeleton::launch::{elementwise, grid, launch, launch_overlapped, param};
 use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::scratch::Scratch;
 
@@ -53,6 +52,8 @@ pub struct HopperBlockFp8 {
     max_splits: usize,
     /// A fixed tile height (the build options' `tile_rows`); None chooses per call.
     tile_rows: Option<usize>,
+    /// A fixed tile width (the build options' `tile_cols`); None chooses per call.
+    tile_cols: Option<usize>,
     /// A fixed cluster size, 1 or 2 (the build options' `cluster`); None chooses per call.
     cluster: Option<usize>,
     /// The GEMM launched overlapped with the activation quantization (the build options'
@@ -60,45 +61,87 @@ pub struct HopperBlockFp8 {
     overlap: bool,
 }
 
-/// One tile height and cluster size: BM rows per CTA, its pipeline depth and kernels.
+/// One tile (height, width) and cluster size: its pipeline depth, kernel and weight map.
 struct Variant {
     bm: usize,
+    bn: usize,
     /// CTAs per cluster along M (2: the weight tile is multicast to both).
     cluster: usize,
     /// Math warpgroups (the CTA has one more, the producer).
     math_wgs: u32,
     smem: u32,
-    gemm: [CudaFunction; 3],
+    gemm: CudaFunction,
+    /// The weight codes' tensor map: boxes of `bn / cluster` rows x 128 bytes.
+    tb: TensorMap,
 }
 
-/// (BM, cluster size, math warpgroups, pipeline stages, kernel tag): BM 64 (one math
-/// warpgroup, 8 stages of 24 KiB of tiles), BM 128 (two, 6 stages of 32 KiB), BM 192
-/// (three, 5 stages of 40 KiB, 160 registers per math thread; never split), BM 256 (two
-/// warpgroups of two 64-row waves each, 4 stages of 48 KiB; never split), and BM 128 and 256
-/// in clusters of two CTAs sharing the weight tile (multicast: each CTA loads half of it for
-/// both), only where the build options ask for clusters of 2; must match `HOPPER_KERNEL` and
-/// `HOPPER_KERNEL_C2` in the source. On the H200 the clusters cut the kernel's L2 traffic
-/// (48 % of L2 throughput against 56 %, 4096x7168 at M = 4096) but not its time (within
-/// 2 %): every variant takes in about 28 bytes of tiles per SM-cycle, which multicast
-/// leaves as it is (docs/perf-log.md, "GPU: Hopper kernel, issue 12").
-const VARIANTS: [(usize, usize, u32, u32, &str); 6] = [
-    (64, 1, 1, 8, "bm64"),
-    (128, 1, 2, 6, "bm128"),
-    (128, 2, 2, 6, "bm128c2"),
-    (192, 1, 3, 5, "bm192"),
-    (256, 1, 2, 4, "bm256"),
-    (256, 2, 2, 4, "bm256c2"),
+/// (BM, BN, cluster size, math warpgroups, pipeline stages); the kernel of each is
+/// `hopper_gemm_bm{BM}_n{BN}` (`c2` appended for clusters of two), and the list must match
+/// the `HOPPER_KERNEL` lines of the source. BM 64: one math warpgroup, 16 stages at 16 and 32
+/// columns down to 8 at 128 and 144; BM 128: two, 8 stages at 64 columns down to 6; BM 192:
+/// three, 5 stages of 40 KiB, 160 registers per math thread; BM 256: two warpgroups of two
+/// 64-row waves each, 4 stages of 48 KiB (the tall ones never split, only where
+/// [`has_tall_tile`]); the widths 96, 112 and 144 only over 128-row weight blocks
+/// ([`has_width`]); clusters of two CTAs sharing the weight tile (multicast: each CTA loads
+/// half of it for both) only where the build options ask for them. On the H200 the
+/// clusters cut the kernel's L2 traffic (48 % of L2 throughput against 56 %, 4096x7168 at
+/// M = 4096) but not its time (within 2 %; docs/perf-log.md, "GPU: Hopper kernel, issue 12").
+const VARIANTS: [(usize, usize, usize, u32, u32); 16] = [
+    (64, 16, 1, 1, 16),
+    (64, 32, 1, 1, 16),
+    (64, 64, 1, 1, 12),
+    (64, 96, 1, 1, 10),
+    (64, 112, 1, 1, 9),
+    (64, 128, 1, 1, 8),
+    (64, 144, 1, 1, 8),
+    (128, 64, 1, 2, 8),
+    (128, 96, 1, 2, 7),
+    (128, 112, 1, 2, 6),
+    (128, 128, 1, 2, 6),
+    (128, 128, 2, 2, 6),
+    (128, 144, 1, 2, 6),
+    (192, 128, 1, 3, 5),
+    (256, 128, 1, 2, 4),
+    (256, 128, 2, 2, 4),
 ];
 
-/// Dynamic shared memory of a variant of `bm` rows and `stages` stages for weight blocks
-/// `block` (rows along N, columns along K): per stage the A and B tiles, the scales of the
-/// stage (for each of the 128 / C scale blocks of a K tile, `bm` activation scales and
-/// 128 / R weight scales, f32, rounded up to 16 bytes) and two mbarriers; 1 KiB covers the
-/// 1024-byte alignment of the swizzled tiles (`Sc` and the stage layout in the source).
-fn smem_bytes(bm: usize, stages: u32, block: (usize, usize)) -> u32 {
+/// The widths the source has (every one exists at some height).
+const WIDTHS: [usize; 7] = [16, 32, 64, 96, 112, 128, 144];
+
+/// The weight scale rows a `bn`-column tile spans for `r`-row weight blocks: `bn / r` when
+/// `r` divides `bn`, one when `bn` divides `r`, else two (the widths of [`has_width`]);
+/// `Cols::NSB` in the source.
+fn scale_rows(bn: usize, r: usize) -> usize {
+    if bn.is_multiple_of(r) {
+        bn / r
+    } else if r.is_multiple_of(bn) {
+        1
+    } else {
+        2
+    }
+}
+
+/// Whether the kernel has `bn`-column tiles for weight blocks `block` (rows along N, columns
+/// along K): 16, 32, 64 and 128 (each holds whole scale rows of 32, 64 or 128 or sits inside
+/// one), and over 128-row blocks also 96, 112 and 144 (a tile of those spans at most two
+/// scale rows; the source compiles them under the same rule).
+fn has_width(bn: usize, block: (usize, usize)) -> bool {
+    match bn {
+        96 | 112 | 144 => block.0 == 128,
+        _ => WIDTHS.contains(&bn),
+    }
+}
+
+/// Dynamic shared memory of a variant of `bm` x `bn` tiles and `stages` stages for weight
+/// blocks `block` (rows along N, columns along K): per stage the A and B tiles, the scales of
+/// the stage (for each of the 128 / C scale blocks of a K tile, `bm` activation scales and
+/// the tile's weight scale rows, f32, rounded up to 16 bytes) and two mbarriers; 1 KiB
+/// covers the 1024-byte alignment of the swizzled tiles (`Sc` and the stage layout in the
+/// source).
+fn smem_bytes(bm: usize, bn: usize, stages: u32, block: (usize, usize)) -> u32 {
     let subs = 128 / block.1;
-    let scales = (subs * (bm + 128 / block.0) * 4).div_ceil(16) * 16;
-    let stage = bm * 128 + 128 * 128 + scales + 16;
+    let scales = (subs * (bm + scale_rows(bn, block.0)) * 4).div_ceil(16) * 16;
+    let stage = bm * 128 + bn * 128 + scales + 16;
     1024 + stages * stage as u32
 }
 
@@ -109,18 +152,19 @@ fn has_tall_tile(block: (usize, usize)) -> bool {
     block.1 >= 64
 }
 
+/// Whether variant `v` of [`VARIANTS`] exists for weight blocks `block`.
+fn has_variant(v: &(usize, usize, usize, u32, u32), block: (usize, usize)) -> bool {
+    (v.0 <= 128 || has_tall_tile(block)) && has_width(v.1, block)
+}
+
 struct State {
     /// Weights with row-major block scales, activations with M-fastest group scales.
     block: BlockLayer,
-    /// Tensor maps of the weight codes: boxes of 128 rows x 128 bytes, and of 64 rows (each
-    /// CTA's half of the tile in a cluster of two).
-    tb: TensorMap,
-    tb_half: TensorMap,
-    /// The entries of [`VARIANTS`] this layer has (the tall ones where [`has_tall_tile`]).
+    /// The entries of [`VARIANTS`] this layer has ([`has_variant`]).
     variants: Vec<Variant>,
     _module: Arc<CudaModule>,
-    /// The split-K epilogues.
-    finalize: [CudaFunction; 3],
+    /// The split-K epilogue (of the layer's output dtype).
+    finalize: CudaFunction,
     /// Split-K partial sums, `splits * m * n` floats.
     ws: Scratch<f32>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
@@ -133,7 +177,9 @@ impl HopperBlockFp8 {
     ///
     /// A `tile_rows` option other than 64, 128, 192 or 256 (192 and 256 need weight blocks of
     /// at least 64 columns along K) is [`KernelError::Backend`] naming the heights it has; so
-    /// is a `cluster` option other than 1 or 2.
+    /// is a `tile_cols` option other than the widths of the layer's weight blocks (16, 32, 64
+    /// and 128; 96, 112 and 144 too over 128-row blocks), and a `cluster` option other than 1
+    /// or 2.
     pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
         let tile_rows = ctx.options().tile_rows.map(usize::from);
         let cluster = ctx.options().cluster.map(usize::from);
@@ -159,6 +205,24 @@ impl HopperBlockFp8 {
                 ));
             }
         }
+        let tile_cols = ctx.options().tile_cols.map(usize::from);
+        if let Some(w) = tile_cols {
+            let block = weight_block(ctx.config());
+            if !has_width(w, block) {
+                let widths: Vec<String> = WIDTHS
+                    .iter()
+                    .filter(|&&bn| has_width(bn, block))
+                    .map(|bn| bn.to_string())
+                    .collect();
+                return Err(KernelError::backend(
+                    NAME,
+                    format!(
+                        "tile_cols {w}: this layer's tiles are {} columns",
+                        widths.join(", ")
+                    ),
+                ));
+            }
+        }
         Ok(HopperBlockFp8 {
             layer: GpuLayer::new(NAME, ctx)?,
             max_splits: ctx
@@ -167,113 +231,202 @@ impl HopperBlockFp8 {
                 .map_or(16, usize::from)
                 .clamp(1, 16),
             tile_rows,
+            tile_cols,
             cluster,
             overlap: ctx.options().overlap.unwrap_or(true),
         })
     }
 }
 
-/// Time of one work unit of each tile height over the same K, relative to a 128-row unit:
-/// (rows, cost). Fitted on an H200 run of the Hopper bench with every height fixed
-/// (docs/perf-log.md, "GPU: Hopper kernel, taller tiles"): at M = 128, 512 and 4096 on the six
-/// DeepSeek-V3 shapes, the wave counts times these costs pick the measured best height on
-/// 14 of the 18 points and miss the others by 0.4-5 %. A 256-row unit does twice the MMAs of a
-/// 128-row one for 1.5 times the tile loads; a 192-row unit runs three math warpgroups.
-const TILE_COSTS: [(usize, f64); 3] = [(128, 1.0), (192, 1.35), (256, 1.7)];
-
-/// The tile height for `m` rows of an `n`-column output on `sms` SMs: 64 up to 64 rows;
-/// else the height whose waves of work units (persistent CTAs take units round-robin, so
-/// a call takes ceil(units / sms) units per CTA) cost least, at 1.0 per 128-row unit, 1.35
-/// per 192-row unit and 1.7 per 256-row unit (fitted on the H200), among 128 and, where
-/// `tall` (the layer has them), 192 and 256.
-pub fn plan_tile_rows(m: usize, n: usize, sms: usize, tall: bool) -> usize {
-    if m <= 64 {
-        return 64;
-    }
-    let cost = |&(bm, c): &(usize, f64)| {
-        let units = m.div_ceil(bm) * n.div_ceil(128);
-        units.div_ceil(sms.max(1)) as f64 * c
-    };
-    let candidates = if tall {
-        &TILE_COSTS[..]
-    } else {
-        &TILE_COSTS[..1]
-    };
-    // The first of equal costs: the shorter tile.
-    candidates
-        .iter()
-        .min_by(|a, b| cost(a).total_cmp(&cost(b)))
-        .map_or(128, |t| t.0)
+/// The constants of [`plan_tile`]'s cost model of the H200, in microseconds and bytes: fitted
+/// on an H200 sweep of every tile with and without K splits at M = 1..4096 on the six
+/// DeepSeek-V3 shapes (docs/perf-log.md, "issue 30"), where the model's choice measured within
+/// 1.1x of the best tile on every point (within 2 % on 34 of 42).
+mod cost {
+    /// Tile bytes one SM takes in per microsecond (about 28 bytes per cycle at 1.75 GHz).
+    pub const INGEST: f64 = 49_000.0;
+    /// Multiply-adds one SM runs per microsecond (80 % of 4096 per cycle).
+    pub const MACS: f64 = 5.7e6;
+    /// The weight stream from HBM, bytes per microsecond.
+    pub const HBM: f64 = 3.5e6;
+    /// Shortest K block of a 128-column tile (the wgmma, barrier and promotion latency of one
+    /// stage); a narrower tile's is shorter, down to half of it.
+    pub const MIN_KB: f64 = 0.45;
+    /// Per work unit: pipeline fill, epilogue.
+    pub const UNIT: f64 = 3.0;
+    /// A split call's extra kernel (the in-order sum) ...
+    pub const SPLIT: f64 = 4.0;
+    /// ... and its partials, written and read, bytes per microsecond.
+    pub const PARTIALS: f64 = 3e6;
+    /// Tiles without the two accumulator sets (more than 128 rows or columns) promote after
+    /// their MMAs: 30 % longer per K block ...
+    pub const SERIAL: f64 = 1.3;
+    /// ... but the 256-row tile, two 64-row waves per warpgroup over one weight tile, gains
+    /// back 15 % of it.
+    pub const TWO_WAVES: f64 = 0.85;
 }
 
-/// K splits for `tiles` output tiles (of `mn` output elements in all) and `kb` K blocks on
-/// `sms` SMs, at most `max` (<= 16): returns (splits, K blocks per split). A cost model fitted
-/// on an H200 (docs/perf-log.md, "GPU: Hopper wgmma block-FP8 kernel", the columns with and
-/// without splits; it reproduces those times within about 10 %): per wave of CTAs, a K block
-/// takes 0.4 us or the time to stream the wave's 16 KiB weight tiles at 4.3 TB/s, whichever
-/// is longer, and a work unit adds 1.4 us (pipeline fill, promotion, epilogue); splitting
-/// adds 6 us (the epilogue kernel) plus writing and reading an f32 partial per split and
-/// output element at about 3 TB/s. No split when the tiles fill two waves.
-pub fn plan_splits(tiles: usize, kb: usize, sms: usize, mn: usize, max: usize) -> (usize, usize) {
+/// A launch shape: tile rows and columns, K splits and K blocks per split.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TileChoice {
+    /// Tile rows (64, 128, 192 or 256).
+    pub bm: usize,
+    /// Tile columns (16 to 144).
+    pub bn: usize,
+    /// K splits (1: none).
+    pub splits: usize,
+    /// 128-long K blocks per split.
+    pub kb_per_split: usize,
+}
+
+/// Modelled time in microseconds of `m` x `n` x `k` on `sms` SMs with `bm` x `bn` tiles and
+/// K in `splits` parts (see [`plan_tile`]); None where the split count leaves a split empty.
+pub fn tile_cost(
+    m: usize,
+    n: usize,
+    k: usize,
+    sms: usize,
+    bm: usize,
+    bn: usize,
+    splits: usize,
+) -> Option<(f64, TileChoice)> {
     let sms = sms.max(1);
-    if tiles >= 2 * sms || kb <= 1 {
-        return (1, kb);
+    let kb = k.div_ceil(128).max(1);
+    let per = kb.div_ceil(splits.max(1));
+    let s_eff = kb.div_ceil(per);
+    if s_eff != splits {
+        return None;
     }
-    let cost = |s: usize| -> (f64, usize, usize) {
-        let per = kb.div_ceil(s);
-        let s_eff = kb.div_ceil(per);
-        let mut left = tiles * s_eff;
-        let mut t = 0.0;
-        while left > 0 {
-            let active = left.min(sms);
-            let t_kb = ((active * 16384) as f64 / 4.3e6).max(0.4);
-            t += per as f64 * t_kb + 1.4;
-            left -= active;
-        }
-        if s_eff > 1 {
-            t += 6.0 + (s_eff * mn * 8) as f64 / 3e6;
-        }
-        (t, s_eff, per)
+    let (num_m, num_n) = (m.div_ceil(bm), n.div_ceil(bn));
+    let serial = match (bm, bn) {
+        (256, _) => cost::SERIAL * cost::TWO_WAVES,
+        _ if bm > 128 || bn > 128 => cost::SERIAL,
+        _ => 1.0,
     };
-    let mut best = cost(1);
-    for s in 2..=kb.min(max.clamp(1, 16)) {
-        let c = cost(s);
-        if c.0 < best.0 * 0.97 {
-            best = c;
-        }
+    // Rows past M are zero-filled by TMA, not read; the MMAs run on the whole tile.
+    let bytes = ((m.min(bm) + bn) * 128) as f64;
+    let macs = (bm * bn * 128) as f64;
+    let min_kb = cost::MIN_KB * (0.5 + 0.5 * bn as f64 / 128.0);
+    let t_sm = (bytes / cost::INGEST).max(macs / cost::MACS).max(min_kb) * serial;
+    let mut left = num_m * num_n * s_eff;
+    let mut t = 0.0;
+    while left > 0 {
+        let active = left.min(sms);
+        // Units are walked n-block outer, m inner, split innermost: a wave reads about
+        // active / (num_m * splits) distinct weight tiles per K block, each once.
+        let weight = (active.div_ceil(num_m * s_eff) * s_eff * bn * 128) as f64;
+        t += per as f64 * t_sm.max(weight / cost::HBM) + cost::UNIT;
+        left -= active;
     }
-    (best.1, best.2)
+    if s_eff > 1 {
+        t += cost::SPLIT + (s_eff * m * n * 8) as f64 / cost::PARTIALS;
+    }
+    let choice = TileChoice {
+        bm,
+        bn,
+        splits: s_eff,
+        kb_per_split: per,
+    };
+    Some((t, choice))
 }
 
-/// The loaded module, its tile variants and the split-K epilogues.
-type Loaded = (Arc<CudaModule>, Vec<Variant>, [CudaFunction; 3]);
+/// The launch shape for `m` rows of an `n` x `k` layer on `sms` SMs among `tiles` (the
+/// (rows, columns) the layer has), at most `max_splits` K splits (<= 16): the least modelled
+/// time ([`tile_cost`]: per wave of persistent CTAs, each K block takes the longest of its
+/// tile bytes at the measured per-SM ingest rate, its MMAs, a latency floor and the wave's
+/// weight stream from HBM; a unit adds a fixed cost, a split the epilogue kernel and its
+/// partials), the first of those within 3 % in the order: no split before splits, 64 rows
+/// only up to 64 rows, wider tiles first. Splits only for tiles of up to 128 rows (the
+/// taller ones' registers hold no reduction).
+pub fn plan_tile(
+    m: usize,
+    n: usize,
+    k: usize,
+    sms: usize,
+    tiles: &[(usize, usize)],
+    max_splits: usize,
+) -> TileChoice {
+    let mut order: Vec<(usize, usize)> = tiles
+        .iter()
+        .copied()
+        .filter(|&(bm, _)| m > 64 || bm == 64)
+        .collect();
+    if order.is_empty() {
+        order = tiles.to_vec();
+    }
+    order.sort_by_key(|&(bm, bn)| (std::cmp::Reverse(bn), bm));
+    order.dedup();
+    let kb = k.div_ceil(128).max(1);
+    let mut best: Option<(f64, TileChoice)> = None;
+    let max_s = max_splits.clamp(1, 16).min(kb);
+    for s in 1..=max_s {
+        for &(bm, bn) in &order {
+            if s > 1 && bm > 128 {
+                continue;
+            }
+            let Some(c) = tile_cost(m, n, k, sms, bm, bn, s) else {
+                continue;
+            };
+            if best.is_none_or(|b| c.0 < b.0 * 0.97) {
+                best = Some(c);
+            }
+        }
+    }
+    best.map_or(
+        TileChoice {
+            bm: 128,
+            bn: 128,
+            splits: 1,
+            kb_per_split: kb,
+        },
+        |b| b.1,
+    )
+}
 
-fn load(gpu: &Arc<Gpu>, block: (usize, usize)) -> Result<Loaded, KernelError> {
+/// The loaded module, its tile variants and the split-K epilogue.
+type Loaded = (Arc<CudaModule>, Vec<Variant>, CudaFunction);
+
+/// The module for weight blocks `block` and output dtype `output` (a float index), with a
+/// variant for each entry of [`VARIANTS`] the layer has, over the weight codes at `codes`
+/// (`n` rows of `ldk` bytes).
+fn load(
+    gpu: &Arc<Gpu>,
+    (block, output): ((usize, usize), usize),
+    (codes, n, ldk): (u64, usize, usize),
+) -> Result<Loaded, KernelError> {
     let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
-    let (module, _) = gpu.module(&hopper_module(block)).map_err(be(NAME))?;
+    let (module, _) = gpu
+        .module(&hopper_module(block, output))
+        .map_err(be(NAME))?;
     let variants = VARIANTS
         .iter()
-        .filter(|v| v.0 <= 128 || has_tall_tile(block))
-        .map(|&(bm, cluster, math_wgs, stages, tag)| {
-            let smem = smem_bytes(bm, stages, block);
+        .filter(|v| has_variant(v, block))
+        .map(|&(bm, bn, cluster, math_wgs, stages)| {
+            let smem = smem_bytes(bm, bn, stages, block);
             if smem > optin {
                 return Err(KernelError::backend(
                     NAME,
                     format!("needs {smem} B of shared memory per block, the device allows {optin}"),
                 ));
             }
-            let gemm =
-                per_float(&module, &format!("hopper_gemm_{tag}"), Some(smem)).map_err(be(NAME))?;
+            let c2 = if cluster > 1 { "c2" } else { "" };
+            let name = format!("hopper_gemm_bm{bm}_n{bn}{c2}");
+            let gemm = fp8_linear_cuda::function_with_shared_memory(&module, &name, smem)
+                .map_err(be(NAME))?;
+            let box_rows = (bn / cluster) as u32;
+            let tb = TensorMap::e4m3_2d(codes, n, ldk, ldk, box_rows, 128).map_err(be(NAME))?;
             Ok(Variant {
                 bm,
+                bn,
                 cluster,
                 math_wgs,
                 smem,
                 gemm,
+                tb,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let finalize = per_float(&module, "hopper_finalize", None).map_err(be(NAME))?;
+    let finalize = fp8_linear_cuda::function(&module, "hopper_finalize").map_err(be(NAME))?;
     Ok((module, variants, finalize))
 }
 
@@ -300,16 +453,12 @@ impl Fp8Kernel for HopperBlockFp8 {
         let act = ActLayout::ColMajor { rows: 1 };
         let w = (weights, l.shared.as_ref());
         let block = BlockLayer::load(NAME, gpu, config, w, ROWS_16_ROW_MAJOR, act)?;
-        let (module, variants, finalize) = load(gpu, weight_block(config))?;
         let w = &block.weights.w;
-        let tb = TensorMap::e4m3_2d(w.codes.ptr(), config.n, w.ldk, w.ldk, 128, 128)
-            .map_err(be(NAME))?;
-        let tb_half =
-            TensorMap::e4m3_2d(w.codes.ptr(), config.n, w.ldk, w.ldk, 64, 128).map_err(be(NAME))?;
+        let codes = (w.codes.ptr(), config.n, w.ldk);
+        let output = float_index("output", config.output_dtype)?;
+        let (module, variants, finalize) = load(gpu, (weight_block(config), output), codes)?;
         self.layer.set(State {
             block,
-            tb,
-            tb_half,
             variants,
             _module: module,
             finalize,
@@ -319,12 +468,14 @@ impl Fp8Kernel for HopperBlockFp8 {
         Ok(())
     }
 
-    skeleton_calls!(layer, |k| (k.max_splits, k.tile_rows, k.cluster, k.overlap));
+    skeleton_calls!(layer, |k| {
+        (k.max_splits, k.tile_rows, k.tile_cols, k.cluster, k.overlap)
+    });
 }
 
 impl Recipe for State {
-    /// (max splits, tile rows, cluster size, overlapped launch).
-    type Knobs = (usize, Option<usize>, Option<usize>, bool);
+    /// (max splits, tile rows, tile columns, cluster size, overlapped launch).
+    type Knobs = Knobs;
     type Plan = Plan;
     /// The split-K workspace's address (0 without a split).
     type Scratch = u64;
@@ -335,7 +486,7 @@ impl Recipe for State {
         if p.units > i32::MAX as usize {
             // The kernel numbers its work units with 32-bit integers.
             return Err(call.too_many_rows(
-                "[M, K] with fewer than 2^31 work units of 64 or 128 rows x 128 columns",
+                "[M, K] with fewer than 2^31 work units of 64 to 256 rows x 16 to 144 columns",
             ));
         }
         Ok(p)
@@ -382,7 +533,7 @@ impl Recipe for State {
             }
         };
         let (splits, kbps) = (p.splits, p.kb_per_split);
-        let oi = float_index("output", c.output_dtype)?;
+
         let bias = st
             .block
             .weights
@@ -394,7 +545,7 @@ impl Recipe for State {
         let bsptr = st.block.weights.scales.ptr();
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
         let (kbpsi, splitsi) = (kbps as i32, splits as i32);
-        let tb = if v.cluster > 1 { st.tb_half } else { st.tb };
+        let tb = v.tb;
         let threads = 128 * (v.math_wgs + 1);
         let sms = gpu.device().sm_count.max(1) as usize;
         // Persistent: at most one CTA per SM; whole clusters (the kernel walks the units by
@@ -402,13 +553,25 @@ impl Recipe for State {
         let ctas = p.units.min(sms / v.cluster) * v.cluster;
         let cfg = grid((ctas as u32, 1, 1), threads, v.smem);
         let what = format_args!(
-            "hopper_gemm (BM={}, cluster {}, {splits} splits)",
-            v.bm, v.cluster
+            "hopper_gemm (BM={}, BN={}, cluster {}, {splits} splits)",
+            v.bm, v.bn, v.cluster
         );
+        // Development trace (feature `dev-sources`, FP8_LINEAR_TRACE set): each distinct
+        // launch once.
+        #[cfg(feature = "dev-sources")]
+        if std::env::var_os("FP8_LINEAR_TRACE").is_some() {
+            static SEEN: std::sync::Mutex<Vec<[usize; 7]>> = std::sync::Mutex::new(Vec::new());
+            let key = [m, n, k, v.bm, v.bn, splits, usize::from(overlap)];
+            let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+            if !seen.contains(&key) {
+                seen.push(key);
+                eprintln!("{NAME} M={m} N={n} K={k}: {what}, {ctas} CTAs, overlap {overlap}");
+            }
+        }
         let s = gpu.stream();
         // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A (m x ldk
         // bytes of codes at `q`, from the quantization) and B (n x ldk bytes of the weight
-        // codes); As holds ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws
+        // codes, boxes of the variant's width); the kernels store the layer's output dtype; As holds ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws
         // splits*m*n floats when split; the kernel masks every store and TMA zero-fills
         // out-of-bounds boxes. Overlapped (never for given codes): the kernel before it on
         // the stream is the quantization just enqueued, and the kernel waits for it
@@ -431,9 +594,9 @@ impl Recipe for State {
                     param(&kbpsi),
                     param(&splitsi),
                 ];
-                launch_overlapped(s, &v.gemm[oi], cfg, &mut params, what)
+                launch_overlapped(s, &v.gemm, cfg, &mut params, what)
             } else {
-                let mut b = s.launch_builder(&v.gemm[oi]);
+                let mut b = s.launch_builder(&v.gemm);
                 b.arg(&ta)
                     .arg(&tb)
                     .arg(&a_s)
@@ -447,7 +610,7 @@ impl Recipe for State {
         }
         .map_err(be(NAME))?;
         if splits > 1 {
-            let mut f = s.launch_builder(&st.finalize[oi]);
+            let mut f = s.launch_builder(&st.finalize);
             f.arg(&ws)
                 .arg(&out)
                 .arg(&bias)
@@ -461,6 +624,10 @@ impl Recipe for State {
     }
 }
 
+/// The build options a call's plan reads: (max splits, tile rows, tile columns, cluster
+/// size, overlapped launch).
+type Knobs = (usize, Option<usize>, Option<usize>, Option<usize>, bool);
+
 /// The launch of a call: tile variant, K split and work units (of clusters, for a
 /// clustered variant).
 struct Plan {
@@ -473,46 +640,58 @@ struct Plan {
 }
 
 impl State {
-    /// The launch for `m` rows: the tile height of [`plan_tile_rows`] (or the one fixed by
-    /// the options, `knobs` = (max splits, tile rows, cluster, overlap)); clusters of two only when
-    /// the options ask and the height has them (on the H200 they measured no faster: see
-    /// [`VARIANTS`]); the K split of [`plan_splits`] (none for tiles of more than 128 rows).
-    fn launch(
-        &self,
-        c: &LayerConfig,
-        gpu: &Gpu,
-        knobs: (usize, Option<usize>, Option<usize>, bool),
-        m: usize,
-    ) -> Plan {
-        let (max_splits, tile_rows, cluster, overlap) = knobs;
+    /// The launch for `m` rows: the tile and K split of [`plan_tile`] among the variants
+    /// without clusters (a height or width fixed by the options narrows the choice; `knobs`
+    /// = (max splits, tile rows, tile columns, cluster, overlap)); clusters of two only when
+    /// the options ask and the tile has them (on the H200 they measured no faster: see
+    /// [`VARIANTS`]), their K split planned over the same tiles.
+    fn launch(&self, c: &LayerConfig, gpu: &Gpu, knobs: Knobs, m: usize) -> Plan {
+        let (max_splits, tile_rows, tile_cols, cluster, overlap) = knobs;
         let sms = gpu.device().sm_count.max(1) as usize;
-        let tall = self.variants.iter().any(|v| v.bm > 128);
-        let bm = tile_rows.unwrap_or_else(|| plan_tile_rows(m, c.n, sms, tall));
-        let num_m = m.div_ceil(bm);
+        let fits = |v: &Variant| {
+            v.cluster == 1
+                && tile_rows.is_none_or(|r| v.bm == r)
+                && tile_cols.is_none_or(|w| v.bn == w)
+        };
+        let mut tiles: Vec<(usize, usize)> = self
+            .variants
+            .iter()
+            .filter(|v| fits(v))
+            .map(|v| (v.bm, v.bn))
+            .collect();
+        if tiles.is_empty() {
+            // A fixed height without the fixed width (or the reverse): the other dimension
+            // chosen as usual.
+            tiles = self
+                .variants
+                .iter()
+                .filter(|v| {
+                    v.cluster == 1
+                        && (tile_rows.is_none_or(|r| v.bm == r)
+                            || tile_cols.is_none_or(|w| v.bn == w))
+                })
+                .map(|v| (v.bm, v.bn))
+                .collect();
+        }
+        let t = plan_tile(m, c.n, c.k, sms, &tiles, max_splits);
         let want = cluster.unwrap_or(1);
         let variant = self
             .variants
             .iter()
-            .position(|v| v.bm == bm && v.cluster == want)
+            .position(|v| v.bm == t.bm && v.bn == t.bn && v.cluster == want)
             .or_else(|| {
                 self.variants
                     .iter()
-                    .position(|v| v.bm == bm && v.cluster == 1)
+                    .position(|v| v.bm == t.bm && v.bn == t.bn && v.cluster == 1)
             })
-            .expect("tile heights are checked at build");
+            .expect("plan_tile picks among the layer's variants");
         let cl = self.variants[variant].cluster;
-        let tiles = num_m.div_ceil(cl) * c.n.div_ceil(128);
-        let kb = c.k.div_ceil(128);
-        let (splits, kb_per_split) = if bm > 128 {
-            (1, kb)
-        } else {
-            plan_splits(tiles * cl, kb, sms, m * c.n, max_splits)
-        };
+        let tiles = m.div_ceil(t.bm).div_ceil(cl) * c.n.div_ceil(t.bn);
         Plan {
             variant,
-            splits,
-            kb_per_split,
-            units: tiles * splits,
+            splits: t.splits,
+            kb_per_split: t.kb_per_split,
+            units: tiles * t.splits,
             overlap,
         }
     }
@@ -522,34 +701,82 @@ impl State {
 mod tests {
     use super::*;
 
+    /// The (N, K) of the six DeepSeek-V3 linear layers (the Hopper bench's shapes).
+    const DEEPSEEK_V3: [(usize, usize); 6] = [
+        (4096, 7168),
+        (7168, 2048),
+        (2112, 7168),
+        (24576, 1536),
+        (7168, 16384),
+        (18432, 7168),
+    ];
+
+    /// The (rows, columns) a 128x128-block layer has.
+    fn all_tiles() -> Vec<(usize, usize)> {
+        VARIANTS
+            .iter()
+            .filter(|v| v.2 == 1 && has_variant(v, (128, 128)))
+            .map(|v| (v.0, v.1))
+            .collect()
+    }
+
     #[test]
-    fn splits_fill_the_gpu_without_overshooting() {
-        // Many tiles: no split.
-        assert_eq!(plan_splits(1792, 56, 132, 4096 * 7168, 16), (1, 56));
-        // M = 1, N = 4096 (32 tiles), 56 K blocks: one wave of at least 4 splits.
-        let (s, per) = plan_splits(32, 56, 132, 4096, 16);
-        assert!(s * 32 <= 132 && s >= 4, "{s}");
-        assert!(per * s >= 56 && per * (s - 1) < 56);
-        // The cap holds; never more splits than K blocks.
-        assert_eq!(plan_splits(32, 56, 132, 4096, 1), (1, 56));
-        assert_eq!(plan_splits(1, 1, 132, 1, 16), (1, 1));
-        let (s, per) = plan_splits(3, 5, 132, 300, 16);
-        assert!(s <= 5 && per * s >= 5);
-        // Choices the H200 measurements back: a short K (16 blocks) over 56 tiles is not
-        // split at M = 1 (splitting measured 1.7x slower); a long K over 32 or 144 tiles is.
-        assert_eq!(plan_splits(56, 16, 132, 7168, 16).0, 1);
-        assert!(plan_splits(32, 56, 132, 4096, 16).0 >= 3);
-        assert!(plan_splits(144, 56, 132, 18432, 16).0 > 1);
-        // Large outputs split less: the partials cost more than the waves they save.
-        let (s_small, _) = plan_splits(68, 56, 132, 64 * 2112, 16);
-        let (s_large, _) = plan_splits(68, 56, 132, 4096 * 2112, 16);
-        assert!(s_large <= s_small, "{s_large} > {s_small}");
+    fn tiles_fill_the_gpu_and_follow_the_measured_best() {
+        let tiles = all_tiles();
+        let plan = |m: usize, n: usize, k: usize| plan_tile(m, n, k, 132, &tiles, 16);
+        // The six DeepSeek-V3 shapes at M = 64 and 128: the units fill at least 84 % of
+        // their last wave of 132 SMs (84 %: 112 of 132).
+        for (n, k) in DEEPSEEK_V3 {
+            for m in [64, 128] {
+                let t = plan(m, n, k);
+                let units = m.div_ceil(t.bm) * n.div_ceil(t.bn) * t.splits;
+                let waves = units.div_ceil(132);
+                let fill = units as f64 / (waves * 132) as f64;
+                assert!(fill >= 0.84, "{n}x{k} M={m}: {t:?}, {units} units");
+            }
+        }
+        // The choices the H200 sweep backs (each the measured best or within 4 % of it):
+        // (M, N, K) -> (rows, columns, splits).
+        for ((m, n, k), want) in [
+            ((64, 4096, 7168), (64, 64, 2)),
+            ((128, 4096, 7168), (64, 64, 1)),
+            ((512, 4096, 7168), (128, 128, 1)),
+            ((4096, 4096, 7168), (256, 128, 1)),
+            ((1, 7168, 2048), (64, 64, 1)),
+            ((64, 18432, 7168), (64, 144, 1)),
+            ((128, 18432, 7168), (128, 144, 1)),
+            ((64, 24576, 1536), (64, 96, 1)),
+            ((4096, 2112, 7168), (192, 128, 1)),
+            ((16, 7168, 16384), (64, 128, 2)),
+        ] {
+            let t = plan(m, n, k);
+            assert_eq!((t.bm, t.bn, t.splits), want, "M={m} {n}x{k}");
+        }
+        // Every plan covers K: splits x K blocks per split >= K blocks, no empty split.
+        for (m, n, k) in [(1, 4096, 7168), (16, 7, 16384), (300, 1000, 200), (1, 1, 1)] {
+            let t = plan(m, n, k);
+            let kb = k.div_ceil(128);
+            assert!(t.splits * t.kb_per_split >= kb, "{t:?}");
+            assert!((t.splits - 1) * t.kb_per_split < kb, "{t:?}");
+            assert!(tiles.contains(&(t.bm, t.bn)), "{t:?}");
+            if t.bm > 128 {
+                assert_eq!(t.splits, 1);
+            }
+        }
+        // The cap holds; a single K block never splits.
+        assert_eq!(plan_tile(1, 128, 7168, 132, &[(64, 128)], 1).splits, 1);
+        assert_eq!(plan_tile(1, 128, 128, 132, &[(64, 128)], 16).splits, 1);
+        // With 128-column tiles only (a layer whose options fix the width), a small M still
+        // splits K to fill the GPU.
+        assert!(plan_tile(1, 4096, 7168, 132, &[(64, 128)], 16).splits >= 3);
+        // Up to 64 rows, 64-row tiles only.
+        assert_eq!(plan(64, 24576, 1536).bm, 64);
     }
 
     #[test]
     fn every_variant_fits_hopper_shared_memory() {
         // 227 KiB per block (H100 / H200 opt-in), for every weight block the kernel takes;
-        // the tall tiles only where they exist.
+        // the tall tiles and the unaligned widths only where they exist.
         for block in [
             (32, 32),
             (64, 64),
@@ -558,50 +785,40 @@ mod tests {
             (32, 128),
             (64, 128),
         ] {
-            for &(bm, _, _, stages, tag) in &VARIANTS {
-                if bm > 128 && !has_tall_tile(block) {
+            for v in &VARIANTS {
+                if !has_variant(v, block) {
                     continue;
                 }
-                let smem = smem_bytes(bm, stages, block);
-                assert!(smem <= 232_448, "{tag} {block:?}: {smem}");
+                let smem = smem_bytes(v.0, v.1, v.4, block);
+                assert!(smem <= 232_448, "{v:?} {block:?}: {smem}");
             }
         }
-        // 128x128 blocks, 128 rows: 6 stages of 32 KiB tiles, 516 B of scales (rounded to
-        // 528) and 16 B of barriers each.
+        // 128x128 blocks, 128 x 128 tiles: 6 stages of 32 KiB tiles, 516 B of scales
+        // (rounded to 528) and 16 B of barriers each.
         assert_eq!(
-            smem_bytes(128, 6, (128, 128)),
+            smem_bytes(128, 128, 6, (128, 128)),
             1024 + 6 * (32768 + 528 + 16)
         );
-    }
-
-    #[test]
-    fn tile_heights_follow_the_waves() {
-        // Up to 64 rows: one math warpgroup. Without the tall tiles: 128.
-        assert_eq!(plan_tile_rows(1, 4096, 132, true), 64);
-        assert_eq!(plan_tile_rows(64, 4096, 132, true), 64);
-        assert_eq!(plan_tile_rows(4096, 4096, 132, false), 128);
-        // The heights it picks at M = 4096 and 512 by N: the H200 bench's best (docs/perf-log.md)
-        // except 24576x1536 at 4096 and 18432x7168 at 512, where 192 rows measured 4 % and
-        // 5 % faster; 7168 stands for 7168x2048 and 7168x16384.
-        for (n, at_4096, at_512) in [
-            (4096, 256, 128),
-            (7168, 256, 256),
-            (2112, 192, 128),
-            (24576, 256, 256),
-            (18432, 256, 128),
-        ] {
-            assert_eq!(plan_tile_rows(4096, n, 132, true), at_4096, "M=4096 N={n}");
-            assert_eq!(plan_tile_rows(512, n, 132, true), at_512, "M=512 N={n}");
-        }
-        // M = 128: one unit per CTA at most for 128-row tiles on these N.
-        assert_eq!(plan_tile_rows(128, 4096, 132, true), 128);
-        assert_eq!(plan_tile_rows(65, 128, 132, true), 128);
+        // 144 columns over 128-row blocks span two scale rows; 16 columns sit in one.
+        assert_eq!(scale_rows(144, 128), 2);
+        assert_eq!(scale_rows(16, 128), 1);
+        assert_eq!(scale_rows(128, 32), 4);
+        assert!(has_width(96, (128, 128)) && !has_width(96, (64, 128)));
+        assert!(!has_width(96, (32, 32)) && has_width(16, (32, 32)));
+        assert!(has_width(32, (64, 64)) && !has_width(48, (128, 128)));
     }
 
     #[test]
     fn tile_rows_option_is_checked_at_build() {
         use fp8_linear_core::{DType, Device, KernelOptions};
         let device = Device::profile("h200").unwrap();
+        // The build error of `options` on `cfg`, "" when it builds.
+        let error = |cfg: &LayerConfig, options: KernelOptions| {
+            HopperBlockFp8::new(&BuildCtx::new(cfg, &device, &options))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
         let build = |cfg: &LayerConfig, rows: u16| {
             let options = KernelOptions::none().tile_rows(rows);
             HopperBlockFp8::new(&BuildCtx::new(cfg, &device, &options)).err()
@@ -612,15 +829,13 @@ mod tests {
             e.contains("tile_rows 96") && e.contains("64, 128, 192 or 256"),
             "{e}"
         );
+        // A 4096x7168 layer of `block` weight blocks.
+        let blocks = |block: (u32, u32)| {
+            let f32_scales = fp8_linear_core::ScaleDtype::F32;
+            LayerConfig::block(4096, 7168, block, f32_scales, DType::Bf16, DType::Bf16)
+        };
         // 32-column weight blocks have no tall tiles.
-        let narrow = LayerConfig::block(
-            4096,
-            7168,
-            (128, 32),
-            fp8_linear_core::ScaleDtype::F32,
-            DType::Bf16,
-            DType::Bf16,
-        );
+        let narrow = blocks((128, 32));
         let e = build(&narrow, 256).expect("256 rows refused").to_string();
         assert!(e.contains("64 or 128"), "{e}");
         // Heights it has pass the check (and then stop at the profile device, no GPU).
@@ -628,14 +843,21 @@ mod tests {
             let e = build(&c, rows).map(|e| e.to_string()).unwrap_or_default();
             assert!(!e.contains("tile_rows"), "{rows}: {e}");
         }
+        // Widths: 96 exists over 128-row blocks only; 48 nowhere.
+        let cols = |cfg: &LayerConfig, w: u16| error(cfg, KernelOptions::none().tile_cols(w));
+        let e = cols(&c, 48);
+        assert!(
+            e.contains("tile_cols 48") && e.contains("16, 32, 64, 96"),
+            "{e}"
+        );
+        let b64 = blocks((64, 64));
+        let e = cols(&b64, 96);
+        assert!(e.contains("16, 32, 64, 128 columns"), "{e}");
+        for w in [16, 32, 64, 96, 112, 128, 144] {
+            assert!(!cols(&c, w).contains("tile_cols"), "{w}");
+        }
         // Cluster sizes: 1 and 2 pass, others are refused by name.
-        let cluster = |ctas: u16| {
-            let options = KernelOptions::none().cluster(ctas);
-            HopperBlockFp8::new(&BuildCtx::new(&c, &device, &options))
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
-        };
+        let cluster = |ctas: u16| error(&c, KernelOptions::none().cluster(ctas));
         let e = cluster(4);
         assert!(e.contains("cluster 4") && e.contains("1 or 2"), "{e}");
         for ctas in [1, 2] {
