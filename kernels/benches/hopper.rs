@@ -16,7 +16,8 @@
 //! `cargo bench -p fp8-linear --bench hopper` (`FP8_BENCH_QUICK=1`: 2 shapes;
 //! `HOPPER_BENCH_M=4096,64`: only these M, e.g. to profile one point with Nsight Compute;
 //! `HOPPER_BENCH_SWEEP=1`: also time the GEMM alone with every tile (rows x columns) fixed,
-//! with and without K splits, printed as `sweep` lines;
+//! with and without K splits, printed as `sweep` lines; `HOPPER_BENCH_REVERSE=1`: build and
+//! time the kernels in the reverse order, to tell a kernel's figure from its place in the run;
 //! `FP8_BENCH_CSV=path`: also append every point to that CSV, see `common/csv.rs`)
 
 mod common;
@@ -102,7 +103,11 @@ fn main() {
             .iter()
             .map(|&m| (m, Quantized::new(&gpu, &mut quantizer, &x, (m, k))))
             .collect();
-        for (label, entry, max_splits, tile_rows, cluster) in KERNELS {
+        let mut kernels = KERNELS.to_vec();
+        if std::env::var("HOPPER_BENCH_REVERSE").is_ok_and(|v| v == "1") {
+            kernels.reverse();
+        }
+        for (label, entry, max_splits, tile_rows, cluster) in kernels {
             let options = KernelOptions {
                 max_splits,
                 tile_rows,
