@@ -532,8 +532,8 @@ mod tests {
     use super::*;
     use fp8_linear::cpu::CpuReference;
     use fp8_linear::{
-        BuildCtx, Family, Fp8Kernel, KernelEntry, KernelError, Numerics, Platform, Registered,
-        Table, Target,
+        BuildCtx, Constructor, Family, Fp8Kernel, KernelEntry, KernelError, LayerKind, Numerics,
+        Platform, Registered, Table, Target,
     };
     use fp8_linear_checkpoint::{generate, GenOptions, Preset};
 
@@ -602,7 +602,7 @@ mod tests {
         name: "CpuW8A16StandIn",
         priority: 1,
         numerics: Numerics::W8A16,
-        construct: w8a16_construct,
+        construct: Constructor::Linear(w8a16_construct),
         ..<CpuReference as Registered>::ENTRY
     };
 
@@ -618,6 +618,7 @@ mod tests {
         name: "TEST_W8A16_BLOCK",
         platform: Platform::Cpu,
         family: Family::BlockScaled,
+        kind: LayerKind::Linear,
         entries: &[W8A16_ENTRY],
     };
     static W8A16: Registry = Registry::new(&[&W8A16_BLOCK]);
@@ -626,6 +627,7 @@ mod tests {
         name: "TEST_MISLABELED_BLOCK",
         platform: Platform::Cpu,
         family: Family::BlockScaled,
+        kind: LayerKind::Linear,
         entries: &[MISLABELED_ENTRY],
     };
     static MISLABELED: Registry = Registry::new(&[&MISLABELED_BLOCK]);

@@ -55,27 +55,30 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod docs;
+mod grouped_linear;
 mod linear;
 mod quantizer;
 pub mod tables;
 mod target;
 pub mod tensor_parallel;
 
+pub use grouped_linear::{GroupedLinear, GroupedLinearError};
 pub use linear::{Linear, LinearError};
 pub use quantizer::ActivationQuantizer;
 pub use target::Target;
 
 // The core vocabulary an engine author needs, re-exported by name.
 pub use fp8_linear_core::{
-    fp8_kernel, fp8_table, ArchSpec, BuildCtx, Candidate, Capability, Choice, DType, Device,
-    DeviceMemory, Explanation, Family, Fp8Kernel, GroupShape, KernelEntry, KernelError, KernelName,
-    KernelOptions, LayerConfig, LayerParam, LayerParams, LayerWeights, Numerics, Options,
-    OptionsError, OverrideSource, Overrides, Plan, PlanRange, Platform, QuantKey, Registered,
-    Registry, RowRange, ScaleDtype, SelectError, Selected, SharedWeights, Storage, StorageMut,
-    Table, Tensor, TensorMut, Tuned, TuningError, TuningFile, UnknownProfile, Unsupported, Verdict,
+    fp8_kernel, fp8_table, ArchSpec, BuildCtx, Candidate, Capability, Choice, Constructor, DType,
+    Device, DeviceMemory, Explanation, Family, Fp8GroupedKernel, Fp8Kernel, GroupShape,
+    GroupedWeights, KernelEntry, KernelError, KernelName, KernelOptions, LayerConfig, LayerKind,
+    LayerParam, LayerParams, LayerWeights, Numerics, Options, OptionsError, OverrideSource,
+    Overrides, Plan, PlanRange, Platform, QuantKey, Registered, Registry, Routing, RoutingError,
+    RowRange, ScaleDtype, SelectError, Selected, SharedWeights, Storage, StorageMut, Table, Tensor,
+    TensorMut, Tuned, TuningError, TuningFile, UnknownProfile, Unsupported, Verdict,
 };
 // Modules with helpers for kernel authors (checks, FP8 conversion, tuning-file keys).
-pub use fp8_linear_core::{fp8, kernel, options, plan, select, tuning, validate};
+pub use fp8_linear_core::{fp8, grouped, kernel, options, plan, select, tuning, validate};
 /// The element types of 16-bit activations.
 pub use half::{bf16, f16};
 

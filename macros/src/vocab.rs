@@ -1,4 +1,4 @@
-//! The closed vocabularies both macros accept (platforms, families, numerics), each defined
+//! The closed vocabularies both macros accept (platforms, families, numerics, layer kinds), each defined
 //! once as an enum whose variant names are the identifiers users write, and [`Spanned`], a
 //! typed value with the span of the user's tokens it came from.
 
@@ -154,6 +154,11 @@ vocabulary! {
     Numerics ("numerics") { Layer, W8A16 }
 }
 
+vocabulary! {
+    /// The kind of layer a kernel computes (`fp8_linear_core::LayerKind`).
+    LayerKind ("layer kind") { Linear, Grouped }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +172,7 @@ mod tests {
         assert_eq!(Platform::expected(), "Cuda, Rocm, Cpu, Xpu, Tpu");
         assert_eq!(Family::expected(), "BlockScaled, Scaled, WeightOnly");
         assert_eq!(Numerics::expected(), "Layer, W8A16");
+        assert_eq!(LayerKind::expected(), "Linear, Grouped");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use syn::Ident;
 
 use super::attr::{Arch, Cap};
 use super::valid::KernelSpec;
+use crate::vocab::LayerKind;
 
 /// `path::__private`, the module the generated code names everything through.
 pub fn private(krate: &syn::Path) -> TokenStream {
@@ -118,6 +119,16 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
     };
     let names = name_items(&p, name, &syn::Generics::default());
     let construct = constructor(&p, spec);
+    // The trait of the kernel's kind and its constructor variant. A grouped kernel's trait
+    // is named at the user's `kind = Grouped`, so a kernel that does not implement it is
+    // reported there.
+    let (kernel_trait, variant) = match spec.kind.value {
+        LayerKind::Linear => (quote!(#p::Fp8Kernel), quote!(Linear)),
+        LayerKind::Grouped => (
+            quote_spanned!(spec.kind.span=> #p::Fp8GroupedKernel),
+            quote!(Grouped),
+        ),
+    };
 
     quote! {
         #params_const
@@ -139,18 +150,18 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
                 rows: #rows,
                 params: #param_list,
                 numerics: #numerics,
-                can_implement: <#name as #p::Fp8Kernel>::can_implement,
-                construct: {
+                can_implement: <#name as #kernel_trait>::can_implement,
+                construct: #p::Constructor::#variant({
                     #[doc(hidden)]
                     #[allow(dead_code, non_upper_case_globals, non_camel_case_types, clippy::all, clippy::pedantic)]
                     fn __fp8_construct(
                         ctx: &#p::BuildCtx<'_>,
-                    ) -> ::core::result::Result<#p::Box<dyn #p::Fp8Kernel>, #p::KernelError> {
+                    ) -> ::core::result::Result<#p::Box<dyn #kernel_trait>, #p::KernelError> {
                         #construct
                         ::core::result::Result::Ok(#p::Box::new(kernel?))
                     }
                     __fp8_construct
-                },
+                }),
             };
         }
     }
@@ -500,6 +511,24 @@ mod tests {
         assert!(out.contains("force_arch : :: core :: option :: Option :: None"));
         assert!(out.contains("backend : \"cpu\""));
         assert!(!out.contains("LAYER_PARAMS :"));
+        assert!(out.contains("construct : my :: krate :: __private :: Constructor :: Linear"));
+        assert!(
+            out.contains("< MarlinFp8 as my :: krate :: __private :: Fp8Kernel > :: can_implement")
+        );
+    }
+
+    #[test]
+    fn a_grouped_kernel_names_the_grouped_trait() {
+        let out = flat(&expand(&spec(quote!(
+            platform = Cpu,
+            priority = 1,
+            kind = Grouped
+        ))));
+        assert!(out.contains("construct : :: fp8_linear :: __private :: Constructor :: Grouped"));
+        assert!(out.contains(
+            "< MarlinFp8 as :: fp8_linear :: __private :: Fp8GroupedKernel > :: can_implement"
+        ));
+        assert!(out.contains("Box < dyn :: fp8_linear :: __private :: Fp8GroupedKernel >"));
     }
 
     #[test]
