@@ -29,6 +29,7 @@ mod gpu;
 mod layer_args;
 mod layer_reference;
 mod model_run;
+mod moe_run;
 mod names;
 mod place;
 mod plan;

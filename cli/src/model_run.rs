@@ -223,6 +223,8 @@ pub struct ModelReport {
     m: usize,
     iters: usize,
     layers: Vec<LayerResult>,
+    /// The mixture-of-experts layers (expert groups).
+    moe: Vec<crate::moe_run::MoeResult>,
     fp8_bytes: usize,
     wall_seconds: f64,
 }
@@ -230,18 +232,23 @@ pub struct ModelReport {
 impl ModelReport {
     /// Whether every layer got a kernel and every checked layer is within tolerance.
     pub fn ok(&self) -> bool {
-        self.layers.iter().all(LayerResult::ok)
+        self.layers.iter().all(LayerResult::ok) && self.moe.iter().all(|r| r.ok())
     }
 
     /// The exit code: 4 when a layer failed to build or run, 3 when one has no kernel, 1
     /// when one failed its check or left NaNs (the highest wins), else 0.
     pub fn outcome(&self) -> Option<Kind> {
-        crate::error::worst(self.layers.iter().filter_map(|r| {
-            if r.failure.is_some() {
+        let dense = self
+            .layers
+            .iter()
+            .map(|r| (r.failure.is_some(), r.kernel.is_err(), r.ok()));
+        let moe = self.moe.iter().map(|r| (r.failed(), r.unserved(), r.ok()));
+        crate::error::worst(dense.chain(moe).filter_map(|(failed, unserved, ok)| {
+            if failed {
                 Some(Kind::Runtime)
-            } else if r.kernel.is_err() {
+            } else if unserved {
                 Some(Kind::NoKernel)
-            } else if !r.ok() {
+            } else if !ok {
                 Some(Kind::CheckFailed)
             } else {
                 None
@@ -337,6 +344,8 @@ impl ModelReport {
                 }
             }
         }
+        let on_gpu = !self.device.contains("cpu");
+        s += &crate::moe_run::text(&self.moe, self.m, on_gpu);
         s += "\nper kernel:\n";
         for (k, (n, secs, flops)) in self.per_kernel() {
             s += &format!(
@@ -426,6 +435,7 @@ impl ModelReport {
             "model_seconds_per_token": total / self.m as f64,
             "references": self.references(),
             "notes": self.notes(),
+            "moe_layers": crate::moe_run::json(&self.moe),
             "fp8_bytes": self.fp8_bytes,
             "wall_seconds": self.wall_seconds,
             "ok": self.ok(),
@@ -449,7 +459,8 @@ pub fn pick_layers(
         .filter(|l| l.name.contains(text))
         .cloned()
         .collect();
-    if picked.is_empty() {
+    let experts = ck.expert_groups().iter().any(|g| g.name.contains(text));
+    if picked.is_empty() && !experts {
         let some: Vec<&str> = ck
             .layers()
             .iter()
@@ -516,13 +527,22 @@ pub fn run(
         bar.inc(1);
     }
     bar.finish_and_clear();
+    let moe = crate::moe_run::run_groups(&ck, m, iters, only, options)?;
+    let expert_bytes: usize = ck
+        .expert_groups()
+        .iter()
+        .filter(|g| only.is_none_or(|t| g.name.contains(t)))
+        .flat_map(|g| &g.experts)
+        .map(QuantLayer::weight_bytes)
+        .sum();
     Ok(ModelReport {
         dir: dir.display().to_string(),
         device: place.device().to_string(),
         m,
         iters: iters.max(1),
-        fp8_bytes: layers.iter().map(QuantLayer::weight_bytes).sum(),
+        fp8_bytes: layers.iter().map(QuantLayer::weight_bytes).sum::<usize>() + expert_bytes,
         layers: results,
+        moe,
         wall_seconds: wall.elapsed().as_secs_f64(),
     })
 }

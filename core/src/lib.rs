@@ -72,6 +72,13 @@ pub mod __private {
     pub use crate::entry::{Constructor, KernelEntry, Registered};
     pub use crate::error::KernelError;
     pub use crate::grouped::Fp8GroupedKernel;
+
+    /// A grouped kernel, boxed: the one place the generated constructor of a
+    /// `kind = Grouped` kernel needs `Fp8GroupedKernel`, so a kernel without it is reported
+    /// at the user's `kind = Grouped`.
+    pub fn boxed_grouped<K: Fp8GroupedKernel>(kernel: K) -> Box<dyn Fp8GroupedKernel> {
+        Box::new(kernel)
+    }
     pub use crate::kernel::{Fp8Kernel, KernelName};
     pub use crate::kind::LayerKind;
     pub use crate::numerics::Numerics;

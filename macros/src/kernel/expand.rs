@@ -122,12 +122,23 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
     // The trait of the kernel's kind and its constructor variant. A grouped kernel's trait
     // is named at the user's `kind = Grouped`, so a kernel that does not implement it is
     // reported there.
-    let (kernel_trait, variant) = match spec.kind.value {
-        LayerKind::Linear => (quote!(#p::Fp8Kernel), quote!(Linear)),
-        LayerKind::Grouped => (
-            quote_spanned!(spec.kind.span=> #p::Fp8GroupedKernel),
-            quote!(Grouped),
+    let (kernel_trait, variant, can_implement, boxed) = match spec.kind.value {
+        LayerKind::Linear => (
+            quote!(#p::Fp8Kernel),
+            quote!(Linear),
+            quote!(<#name as #p::Fp8Kernel>::can_implement),
+            quote!(#p::Box::new(kernel?)),
         ),
+        LayerKind::Grouped => {
+            let at = spec.kind.span;
+            let kernel_at = Ident::new(&name_str, at);
+            (
+                quote!(#p::Fp8GroupedKernel),
+                quote!(Grouped),
+                quote_spanned!(at=> <#kernel_at as #p::Fp8GroupedKernel>::can_implement),
+                quote_spanned!(at=> #p::boxed_grouped::<#kernel_at>(kernel?)),
+            )
+        }
     };
 
     quote! {
@@ -150,7 +161,7 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
                 rows: #rows,
                 params: #param_list,
                 numerics: #numerics,
-                can_implement: <#name as #kernel_trait>::can_implement,
+                can_implement: #can_implement,
                 construct: #p::Constructor::#variant({
                     #[doc(hidden)]
                     #[allow(dead_code, non_upper_case_globals, non_camel_case_types, clippy::all, clippy::pedantic)]
@@ -158,7 +169,7 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
                         ctx: &#p::BuildCtx<'_>,
                     ) -> ::core::result::Result<#p::Box<dyn #kernel_trait>, #p::KernelError> {
                         #construct
-                        ::core::result::Result::Ok(#p::Box::new(kernel?))
+                        ::core::result::Result::Ok(#boxed)
                     }
                     __fp8_construct
                 }),
@@ -529,6 +540,7 @@ mod tests {
             "< MarlinFp8 as :: fp8_linear :: __private :: Fp8GroupedKernel > :: can_implement"
         ));
         assert!(out.contains("Box < dyn :: fp8_linear :: __private :: Fp8GroupedKernel >"));
+        assert!(out.contains("boxed_grouped :: < MarlinFp8 > (kernel ?)"));
     }
 
     #[test]
