@@ -29,6 +29,9 @@ macro_rules! grouped_cpu_kernel {
             }
         }
 
+        // Not listed among "other types that implement it" in the error for a type that
+        // does not implement `Fp8GroupedKernel`.
+        #[diagnostic::do_not_recommend]
         impl Fp8GroupedKernel for $name {
             fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
                 <$dense as Fp8Kernel>::can_implement(config)
