@@ -194,6 +194,16 @@ impl Forms {
     }
 }
 
+/// One call form's call: its input rows, routing and weights, and for each input row the
+/// contiguous row it holds (None: no expert owns it).
+struct FormCall<'a> {
+    form: &'static str,
+    input: &'a [f32],
+    routing: Routing<'a>,
+    weights: &'a [f32],
+    rows: &'a [Option<usize>],
+}
+
 /// Rows of `src` (`cols` wide) picked by `rows` (None: `fill`).
 fn pick(src: &[f32], cols: usize, rows: &[Option<usize>], fill: f32) -> Vec<f32> {
     rows.iter()
@@ -332,24 +342,37 @@ fn run_group(
         .iter()
         .map(|r| r.map_or(0.0, |i| w[i]))
         .collect();
-    let runs: [(&'static str, &[f32], Routing<'_>, &[f32], &[Option<usize>]); 3] = [
-        ("offsets", &x, offsets, &w, &contiguous),
-        (
-            "expert ids",
-            &id_x,
-            Routing::ExpertIds(&forms.ids),
-            &id_w,
-            &forms.id_rows,
-        ),
-        (
-            "masked",
-            &masked_x,
-            Routing::Masked(&counts),
-            &masked_w,
-            &forms.masked_rows,
-        ),
+    let runs = [
+        FormCall {
+            form: "offsets",
+            input: &x,
+            routing: offsets,
+            weights: &w,
+            rows: &contiguous,
+        },
+        FormCall {
+            form: "expert ids",
+            input: &id_x,
+            routing: Routing::ExpertIds(&forms.ids),
+            weights: &id_w,
+            rows: &forms.id_rows,
+        },
+        FormCall {
+            form: "masked",
+            input: &masked_x,
+            routing: Routing::Masked(&counts),
+            weights: &masked_w,
+            rows: &forms.masked_rows,
+        },
     ];
-    for (form, input, routing, weights, rows) in runs {
+    for FormCall {
+        form,
+        input,
+        routing,
+        weights,
+        rows,
+    } in runs
+    {
         let mut times = Vec::new();
         let mut last = Vec::new();
         for _ in 0..if form == "offsets" { iters.max(1) } else { 1 } {

@@ -78,8 +78,19 @@ pub fn hint<'a>(written: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .unwrap_or_default()
 }
 
+/// A closed vocabulary, for code that reads any of them (the attribute's identifier values).
+pub trait Vocabulary: Copy + 'static {
+    /// Every value.
+    const VALUES: &'static [Self];
+    /// The identifier as written.
+    fn word(self) -> &'static str;
+    /// The value an identifier names, if any.
+    fn of(id: &Ident) -> Option<Self>;
+}
+
 /// Defines a closed vocabulary: an enum whose variants are written as identifiers, with
-/// `ALL`, `name()`, `from_ident()`, `expected()`, `unknown()` and `ident()`.
+/// `ALL`, `name()`, `from_ident()`, `expected()`, `unknown()` and `ident()`, and its
+/// [`Vocabulary`] impl.
 macro_rules! vocabulary {
     ($(#[$doc:meta])* $enum:ident ($what:literal) { $($variant:ident),* $(,)? }) => {
         $(#[$doc])*
@@ -134,6 +145,16 @@ macro_rules! vocabulary {
             /// (`Platform::#ident`), so errors in them point at the user's token.
             pub fn ident(self, span: Span) -> Ident {
                 Ident::new(self.name(), span)
+            }
+        }
+
+        impl Vocabulary for $enum {
+            const VALUES: &'static [Self] = Self::ALL;
+            fn word(self) -> &'static str {
+                self.name()
+            }
+            fn of(id: &Ident) -> Option<Self> {
+                Self::from_ident(id)
             }
         }
     };

@@ -186,7 +186,7 @@ impl Routing<'_> {
     pub fn segments(&self, experts: usize, rows: usize) -> Segments<'_> {
         Segments {
             routing: *self,
-            m_max: if experts == 0 { 0 } else { rows / experts },
+            m_max: rows.checked_div(experts).unwrap_or(0),
             next: 0,
         }
     }
@@ -194,7 +194,7 @@ impl Routing<'_> {
 
 /// `M_max` of a masked input of `rows` rows for `experts` experts.
 fn masked_rows(experts: usize, rows: usize) -> Result<usize, RoutingError> {
-    if experts == 0 || rows % experts != 0 {
+    if experts == 0 || !rows.is_multiple_of(experts) {
         return Err(RoutingError::MaskedRows { rows, experts });
     }
     Ok(rows / experts)

@@ -37,7 +37,7 @@ impl<'a> GroupedWeights<'a> {
         }
         let cut = |what: &'static str, t: Tensor<'a>| -> Result<Tensor<'a>, KernelError> {
             let rows = t.shape[0];
-            if rows == 0 || rows % self.experts != 0 {
+            if rows == 0 || !rows.is_multiple_of(self.experts) {
                 return Err(KernelError::shape(
                     what,
                     format!("[E * rows, cols] with E = {} experts", self.experts),

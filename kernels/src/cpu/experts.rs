@@ -38,7 +38,7 @@ impl ExpertKernels {
                 ..*ctx.config()
             },
             device: ctx.device().clone(),
-            options: ctx.options().clone(),
+            options: *ctx.options(),
             experts: Vec::new(),
             scratch: Vec::new(),
         }

@@ -9,7 +9,7 @@ use syn::{Expr, ExprLit, ExprPath, ExprRange, Ident, Lit, RangeLimits};
 
 use super::ast::{Key, RawArg, RawArgs, RawKey};
 use crate::errors::Errors;
-use crate::vocab::{did_you_mean, hint, LayerKind, Numerics, Platform};
+use crate::vocab::{did_you_mean, hint, LayerKind, Numerics, Platform, Vocabulary};
 
 /// A compute capability as (major, minor).
 pub type Cap = (u8, u8);
@@ -468,22 +468,21 @@ fn arch(key: Key, v: &Expr, errs: &mut Errors) -> Option<Arch> {
 
 /// A value of a closed vocabulary written as an identifier (`numerics = W8A16`,
 /// `kind = Grouped`): `key` and `what` name it in messages, `choices` lists its values.
-fn named<V: Copy>(
+fn named<V: Vocabulary>(
     v: &Expr,
     errs: &mut Errors,
     (key, what, choices): (&str, &str, &str),
-    (all, from, name): (&[V], fn(&Ident) -> Option<V>, fn(V) -> &'static str),
 ) -> Option<V> {
     match path_ident(v) {
         Some(id) => {
-            let found = from(id);
+            let found = V::of(id);
             if found.is_none() {
                 let written = id.to_string();
                 errs.spanned(
                     id,
                     format!(
                         "unknown {what} `{written}`{}; expected {choices}",
-                        hint(&written, all.iter().map(|x| name(*x)))
+                        hint(&written, V::VALUES.iter().map(|x| x.word()))
                     ),
                 );
             }
@@ -503,24 +502,14 @@ fn numerics(v: &Expr, errs: &mut Errors) -> Option<Numerics> {
     const CHOICES: &str = "`Layer` (what the layer's quant keys say, the default) or `W8A16` \
                            (weight-only: activations stay 16-bit)";
     let words = ("numerics", "numerics", CHOICES);
-    let vocab = (
-        Numerics::ALL,
-        Numerics::from_ident as fn(&Ident) -> _,
-        Numerics::name as fn(_) -> _,
-    );
-    named(v, errs, words, vocab)
+    named(v, errs, words)
 }
 
 fn kind(v: &Expr, errs: &mut Errors) -> Option<LayerKind> {
     const CHOICES: &str = "`Linear` (one linear layer, `Fp8Kernel`, the default) or `Grouped` \
                            (E experts, `Fp8GroupedKernel`)";
     let words = ("kind", "layer kind", CHOICES);
-    let vocab = (
-        LayerKind::ALL,
-        LayerKind::from_ident as fn(&Ident) -> _,
-        LayerKind::name as fn(_) -> _,
-    );
-    named(v, errs, words, vocab)
+    named(v, errs, words)
 }
 
 fn params(v: &Expr, errs: &mut Errors) -> Option<Vec<Ident>> {
