@@ -198,9 +198,13 @@ impl Checkpoint {
     }
 
     /// The quantized layer with this module name (`model.layers.0.mlp.down_proj`; `""` for
-    /// the unnamed layer of a single-layer file), if the checkpoint has one.
+    /// the unnamed layer of a single-layer file; one expert, `...mlp.experts.3.down_proj`,
+    /// as a dense layer of its own), if the checkpoint has one.
     pub fn layer(&self, name: &str) -> Option<&QuantLayer> {
-        self.layers.iter().find(|l| l.name == name)
+        self.layers
+            .iter()
+            .chain(self.groups.iter().flat_map(|g| &g.experts))
+            .find(|l| l.name == name)
     }
 
     /// Sets the activation and output dtype of every layer (the dtype `Linear::forward`

@@ -30,6 +30,10 @@
 //! - Activations your engine already quantized (fused into the op before, such as the
 //!   MLP's SiLU-and-multiply): [`ActivationQuantizer`] (the layer's own quantization, and
 //!   [`ActivationQuantizer::silu_mul`]) and [`Linear::forward_quantized`].
+//! - Mixture-of-experts layers (the E experts of one projection): [`GroupedWeights`] (the
+//!   experts' tensors stacked) and [`GroupedLinear`], called with a [`Routing`]
+//!   (contiguous rows by offsets or per-row expert ids, or masked per-expert counts),
+//!   planned from [`tables::GROUPED`] (CPU kernels today).
 //! - Why a kernel was or was not chosen: [`Registry::explain`] on [`tables::BUILTIN`].
 //! - A kernel of your own: [`docs::writing_kernels`] (what `apply` receives, what the
 //!   scales mean, extending a built-in table, a complete CPU kernel using the helpers in
