@@ -259,13 +259,18 @@ impl ModelReport {
     /// Per kernel: (layers, summed median seconds, FLOPs per call).
     fn per_kernel(&self) -> BTreeMap<&'static str, (usize, f64, f64)> {
         let mut map: BTreeMap<&'static str, (usize, f64, f64)> = BTreeMap::new();
-        for r in &self.layers {
-            if let (Ok(k), true) = (&r.kernel, r.ran()) {
-                let e = map.entry(*k).or_default();
-                e.0 += 1;
-                e.1 += r.seconds;
-                e.2 += 2.0 * (self.m * r.n * r.k) as f64;
-            }
+        let dense = self.layers.iter().filter(|r| r.ran()).filter_map(|r| {
+            Some((
+                *r.kernel.as_ref().ok()?,
+                r.seconds,
+                2.0 * (self.m * r.n * r.k) as f64,
+            ))
+        });
+        for (k, secs, flops) in dense.chain(self.moe.iter().filter_map(|r| r.timed())) {
+            let e = map.entry(k).or_default();
+            e.0 += 1;
+            e.1 += secs;
+            e.2 += flops;
         }
         map
     }
@@ -292,8 +297,10 @@ impl ModelReport {
         v
     }
 
+    /// Seconds of a forward of every layer, the mixture-of-experts layers included.
     fn model_seconds(&self) -> f64 {
-        self.layers.iter().map(|r| r.seconds).sum()
+        let moe: f64 = self.moe.iter().filter_map(|r| r.timed()).map(|t| t.1).sum();
+        self.layers.iter().map(|r| r.seconds).sum::<f64>() + moe
     }
 
     /// Human-readable report.
@@ -347,22 +354,30 @@ impl ModelReport {
         let on_gpu = !self.device.contains("cpu");
         s += &crate::moe_run::text(&self.moe, self.m, on_gpu);
         s += "\nper kernel:\n";
-        for (k, (n, secs, flops)) in self.per_kernel() {
+        let per_kernel = self.per_kernel();
+        let kw = per_kernel
+            .keys()
+            .map(|k| k.len())
+            .max()
+            .unwrap_or(0)
+            .max(14);
+        for (k, (n, secs, flops)) in per_kernel {
             s += &format!(
-                "  {k:<14} {n:>4} layers  {:>9.3} ms per forward  {:>8.2} GFLOP/s\n",
+                "  {k:<kw$} {n:>4} layers  {:>9.3} ms per forward  {:>8.2} GFLOP/s\n",
                 secs * 1e3,
                 flops / secs / 1e9
             );
         }
         let total = self.model_seconds();
-        let served = self.layers.iter().filter(|r| r.ran()).count();
+        let served = self.layers.iter().filter(|r| r.ran()).count()
+            + self.moe.iter().filter(|r| r.timed().is_some()).count();
         s += &format!(
             "\nmodel linear time: {:.3} ms per forward of M = {} -> {:.3} ms per token ({} of {} layers, {} FP8 weights)\n",
             total * 1e3,
             self.m,
             total * 1e3 / self.m as f64,
             served,
-            self.layers.len(),
+            self.layers.len() + self.moe.len(),
             bytes(self.fp8_bytes)
         );
         let load: f64 = self.layers.iter().map(|r| r.load_seconds).sum();

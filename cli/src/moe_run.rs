@@ -62,6 +62,15 @@ impl MoeResult {
     pub fn failed(&self) -> bool {
         self.failure.is_some()
     }
+
+    /// The kernel, the median seconds of its offsets-form call and the FLOPs of that call
+    /// (`2 * M_sum * N * K`), when it ran.
+    pub fn timed(&self) -> Option<(&'static str, f64, f64)> {
+        let kernel = *self.kernel.as_ref().ok()?;
+        let rows: usize = self.counts.iter().sum();
+        (self.failure.is_none())
+            .then(|| (kernel, self.seconds, 2.0 * (rows * self.n * self.k) as f64))
+    }
 }
 
 /// Host activations or outputs in a layer's dtype.
