@@ -587,6 +587,41 @@ mod tests {
     }
 
     #[test]
+    fn kinds_are_checked() {
+        let grouped = Table {
+            kind: LayerKind::Grouped,
+            ..BASE_TABLE
+        };
+        let p = base_problem(
+            "T",
+            (Platform::Cpu, LayerKind::Linear),
+            Family::BlockScaled,
+            &grouped,
+        );
+        assert_eq!(
+            p.message(),
+            "fp8_table! `T`: extends `BASE`, a table of grouped layers, but `T` is a table of \
+             linear layers"
+        );
+        let p = base_problem(
+            "T",
+            (Platform::Cpu, LayerKind::Grouped),
+            Family::BlockScaled,
+            &grouped,
+        );
+        assert_eq!(
+            p.message(),
+            "fp8_table! `T`: extends `BASE`, which is invalid: kernel `A` is a linear kernel"
+        );
+        let p = entry_problem("T", (Platform::Cpu, LayerKind::Grouped), "", &[], BASE, 1);
+        assert!(p.message().starts_with(
+            "fp8_table! `T`: kernel `B` is a linear kernel, but the table is for grouped layers"
+        ));
+        assert_eq!(Registry::new(&[]).kind(), LayerKind::Linear);
+        assert_eq!(Registry::grouped(&[]).kind(), LayerKind::Grouped);
+    }
+
+    #[test]
     fn long_messages_are_cut_not_broken() {
         let name: &'static str = Box::leak("K".repeat(600).into_boxed_str());
         let extra = [entry(name, Platform::Cuda, 1)];

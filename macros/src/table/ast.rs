@@ -31,6 +31,14 @@ fn next_token(input: ParseStream) -> (String, Span) {
 /// An error at the next token (at `prev`, the last token read, when there is none):
 /// `expected` (what should come there), what was found, and the shape of a declaration.
 fn expected(input: ParseStream, expected: &str, prev: Span) -> syn::Error {
+    expected_in(input, expected, prev, SHAPE)
+}
+
+/// The shape of a grouped table's declaration, for errors at its kind.
+const GROUPED_SHAPE: &str = "`pub NAME: Platform, Family, Grouped = [Kernel, ...];`";
+
+/// [`expected`] with the shape `shape` in the message.
+fn expected_in(input: ParseStream, expected: &str, prev: Span, shape: &str) -> syn::Error {
     let (found, span) = next_token(input);
     let (found, span) = if found.is_empty() {
         ("nothing after it".to_string(), prev)
@@ -39,7 +47,7 @@ fn expected(input: ParseStream, expected: &str, prev: Span) -> syn::Error {
     };
     syn::Error::new(
         span,
-        format!("expected {expected}, found {found}; a table is declared as {SHAPE}"),
+        format!("expected {expected}, found {found}; a table is declared as {shape}"),
     )
 }
 
@@ -128,19 +136,23 @@ impl Parse for RawTable {
             let comma = input.parse::<Token![,]>()?;
             let kind: Ident = input.parse().map_err(|_| {
                 let what = format!("the layer kind ({})", LayerKind::expected());
-                expected(input, &what, comma.span)
+                expected_in(input, &what, comma.span, GROUPED_SHAPE)
             })?;
             Some(kind)
         } else {
             None
         };
         if !input.peek(Token![=]) {
-            let what = match &kind {
-                Some(k) => format!("`=` and the kernel list after the kind `{k}`"),
-                None => format!("`=` and the kernel list after the family `{family}`"),
-            };
-            let last = kind.as_ref().unwrap_or(&family);
-            return Err(expected(input, &what, last.span()));
+            return Err(match &kind {
+                Some(k) => {
+                    let what = format!("`=` and the kernel list after the kind `{k}`");
+                    expected_in(input, &what, k.span(), GROUPED_SHAPE)
+                }
+                None => {
+                    let what = format!("`=` and the kernel list after the family `{family}`");
+                    expected(input, &what, family.span())
+                }
+            });
         }
         let mut prev = input.parse::<Token![=]>()?.span;
         let base = if input.peek(syn::token::Bracket) {
