@@ -66,6 +66,9 @@ pub enum Problem {
     /// No kernel could be built for the layer on the device (every candidate's reason), or
     /// the chosen one refused the weights.
     Build(LinearError),
+    /// No grouped kernel could be built for a set of experts (every candidate's reason), or
+    /// the chosen one refused the weights.
+    Grouped(fp8_linear::GroupedLinearError),
     /// The input's dtype is not bf16, f16 or f32.
     InputDType {
         /// The input's dtype.
@@ -126,6 +129,7 @@ impl fmt::Display for Problem {
                  non-negative (a static input scale positive)"
             ),
             Problem::Build(e) => write!(f, "no kernel for this layer: {e}"),
+            Problem::Grouped(e) => write!(f, "no grouped kernel for these experts: {e}"),
             Problem::InputDType { got } => {
                 write!(f, "input dtype {got:?}; expected bf16, f16 or f32")
             }

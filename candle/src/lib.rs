@@ -148,11 +148,13 @@
 #[cfg(feature = "cuda")]
 mod cuda;
 mod error;
+mod experts;
 mod linear;
 mod prequant;
 mod weights;
 
 pub use error::{Fp8LinearError, Problem};
+pub use experts::{Fp8Experts, Routed};
 pub use fp8_linear_checkpoint::QuantConfig;
 pub use linear::{linear, Fp8Linear, LinearLayer};
 pub use weights::dequantized_linear;

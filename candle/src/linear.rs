@@ -313,38 +313,51 @@ impl Fp8Linear {
     }
 }
 
+/// Checks the input of a layer `name` of `k` input features on `device`: `[..., k]`, bf16,
+/// f16 or f32, on the device. Returns the leading dimensions.
+pub(crate) fn check_input<'t>(
+    name: &str,
+    xs: &'t Tensor,
+    k: usize,
+    device: &Device,
+) -> candle_core::Result<&'t [usize]> {
+    let dims = xs.dims();
+    let bad_shape = || {
+        layer_error(
+            name,
+            Problem::InputShape {
+                got: dims.to_vec(),
+                k,
+            },
+        )
+    };
+    let Some((&last, lead)) = dims.split_last() else {
+        return Err(bad_shape());
+    };
+    if last != k {
+        return Err(bad_shape());
+    }
+    let dt = xs.dtype();
+    if activation_dtype(dt).is_none() {
+        return Err(layer_error(name, Problem::InputDType { got: dt }));
+    }
+    if !xs.device().same_device(device) {
+        return Err(layer_error(
+            name,
+            Problem::InputDevice {
+                layer: format!("{:?}", device.location()),
+                input: format!("{:?}", xs.device().location()),
+            },
+        ));
+    }
+    Ok(lead)
+}
+
 impl Module for Fp8Linear {
     fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
         let (n, k) = (self.config.n, self.config.k);
-        let dims = xs.dims();
-        let bad_shape = || {
-            layer_error(
-                &self.name,
-                Problem::InputShape {
-                    got: dims.to_vec(),
-                    k,
-                },
-            )
-        };
-        let Some((&last, lead)) = dims.split_last() else {
-            return Err(bad_shape());
-        };
-        if last != k {
-            return Err(bad_shape());
-        }
+        let lead = check_input(&self.name, xs, k, &self.device)?;
         let dt = xs.dtype();
-        if activation_dtype(dt).is_none() {
-            return Err(layer_error(&self.name, Problem::InputDType { got: dt }));
-        }
-        if !xs.device().same_device(&self.device) {
-            return Err(layer_error(
-                &self.name,
-                Problem::InputDevice {
-                    layer: format!("{:?}", self.device.location()),
-                    input: format!("{:?}", xs.device().location()),
-                },
-            ));
-        }
         let m: usize = lead.iter().product();
         let mut out_dims = lead.to_vec();
         out_dims.push(n);

@@ -7,6 +7,7 @@ use safetensors::Dtype;
 
 use crate::discover::discover;
 use crate::error::{CheckpointError, TensorSite};
+use crate::experts::{group_experts, ExpertGroup};
 use crate::index::{ShardIndex, INDEX_FILE};
 use crate::layer::{LayerTensors, QuantLayer};
 use crate::quant_config::QuantConfig;
@@ -31,6 +32,7 @@ pub struct Checkpoint {
     shards: Vec<Shard>,
     tensors: BTreeMap<String, TensorRef>,
     layers: Vec<QuantLayer>,
+    groups: Vec<ExpertGroup>,
 }
 
 fn list_safetensors(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
@@ -145,9 +147,10 @@ impl Checkpoint {
             shards,
             tensors,
             layers: Vec::new(),
+            groups: Vec::new(),
         };
-        ck.layers = discover(&ck)?;
-        if ck.layers.is_empty() {
+        (ck.layers, ck.groups) = group_experts(discover(&ck)?)?;
+        if ck.layers.is_empty() && ck.groups.is_empty() {
             return Err(CheckpointError::NoQuantizedLayers {
                 dir: ck.dir.clone(),
                 tensors: ck.tensors.len(),
@@ -176,15 +179,32 @@ impl Checkpoint {
         &self.tensors
     }
 
-    /// The quantized linear layers, in natural name order (`layers.2` before `layers.10`).
+    /// The quantized linear layers, in natural name order (`layers.2` before `layers.10`);
+    /// experts are in [`Checkpoint::expert_groups`] instead (shared experts are here).
     pub fn layers(&self) -> &[QuantLayer] {
         &self.layers
     }
 
+    /// The mixture-of-experts layers: one group per projection of a decoder layer's
+    /// experts (`model.layers.0.mlp.experts.gate_proj` holding every
+    /// `model.layers.0.mlp.experts.E.gate_proj`), in natural name order.
+    pub fn expert_groups(&self) -> &[ExpertGroup] {
+        &self.groups
+    }
+
+    /// The expert group with this name (`model.layers.0.mlp.experts.down_proj`), if any.
+    pub fn expert_group(&self, name: &str) -> Option<&ExpertGroup> {
+        self.groups.iter().find(|g| g.name == name)
+    }
+
     /// The quantized layer with this module name (`model.layers.0.mlp.down_proj`; `""` for
-    /// the unnamed layer of a single-layer file), if the checkpoint has one.
+    /// the unnamed layer of a single-layer file; one expert, `...mlp.experts.3.down_proj`,
+    /// as a dense layer of its own), if the checkpoint has one.
     pub fn layer(&self, name: &str) -> Option<&QuantLayer> {
-        self.layers.iter().find(|l| l.name == name)
+        self.layers
+            .iter()
+            .chain(self.groups.iter().flat_map(|g| &g.experts))
+            .find(|l| l.name == name)
     }
 
     /// Sets the activation and output dtype of every layer (the dtype `Linear::forward`
@@ -192,7 +212,12 @@ impl Checkpoint {
     /// without one has bf16 until told otherwise.
     pub fn with_dtype(mut self, dtype: fp8_linear_core::DType) -> Self {
         self.quant.dtype = dtype;
-        for l in &mut self.layers {
+        let groups = self.groups.iter_mut().flat_map(|g| {
+            g.config.input_dtype = dtype;
+            g.config.output_dtype = dtype;
+            g.experts.iter_mut()
+        });
+        for l in self.layers.iter_mut().chain(groups) {
             l.config.input_dtype = dtype;
             l.config.output_dtype = dtype;
         }

@@ -248,6 +248,15 @@ pub enum CheckpointError {
         /// The weight's dtype.
         got: String,
     },
+    /// The experts of one projection do not form a group: a gap or a repeat in their
+    /// numbering, or experts of different shapes or quantization.
+    #[error("experts `{group}`: {detail}")]
+    Experts {
+        /// The group (`model.layers.0.mlp.experts.gate_proj`).
+        group: String,
+        /// What is wrong.
+        detail: String,
+    },
     /// The generator was asked for something it cannot write.
     #[error("cannot generate checkpoint: {0}")]
     Generate(String),

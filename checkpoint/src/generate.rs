@@ -23,7 +23,7 @@ use serde_json::json;
 
 use crate::error::CheckpointError;
 use crate::index::INDEX_FILE;
-use crate::presets::{ModelShape, Preset};
+use crate::presets::{ModelShape, MoeNaming, Preset};
 
 /// Key in a generated `config.json` that marks the directory as ours (so a rerun may
 /// replace the previous shards).
@@ -231,7 +231,7 @@ fn model_tensors(opts: &GenOptions) -> Vec<Synth> {
             0.9,
             1.1,
         ));
-        for (suffix, n, k) in s.linears() {
+        for (suffix, n, k) in s.layer_linears() {
             let m = format!("{p}.{suffix}");
             v.push(Synth::new(
                 format!("{m}.weight"),
@@ -265,6 +265,15 @@ fn model_tensors(opts: &GenOptions) -> Vec<Synth> {
                 ));
             }
         }
+        if let Some(moe) = s.moe {
+            // The router stays bf16 (unquantized in every FP8 MoE checkpoint).
+            v.push(bf(
+                format!("{p}.mlp.gate.weight"),
+                vec![moe.experts, s.hidden],
+                -0.05,
+                0.05,
+            ));
+        }
         v.push(bf(
             format!("{p}.post_attention_layernorm.weight"),
             vec![s.hidden],
@@ -296,9 +305,14 @@ fn config_json(opts: &GenOptions) -> serde_json::Value {
             q["scale_fmt"] = json!("ue8m0");
         }
     }
-    json!({
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+    let (arch, model_type) = match s.moe.map(|m| m.naming) {
+        None => ("LlamaForCausalLM", "llama"),
+        Some(MoeNaming::Qwen3Moe) => ("Qwen3MoeForCausalLM", "qwen3_moe"),
+        Some(MoeNaming::DeepseekV3) => ("DeepseekV3ForCausalLM", "deepseek_v3"),
+    };
+    let mut config = json!({
+        "architectures": [arch],
+        "model_type": model_type,
         "hidden_size": s.hidden,
         "intermediate_size": s.intermediate,
         "num_attention_heads": s.heads,
@@ -309,7 +323,20 @@ fn config_json(opts: &GenOptions) -> serde_json::Value {
         "torch_dtype": "bfloat16",
         "quantization_config": q,
         SYNTHETIC_MARKER: {"preset": opts.preset.name(), "seed": opts.seed},
-    })
+    });
+    if let Some(m) = s.moe {
+        config["moe_intermediate_size"] = json!(m.intermediate);
+        config["num_experts_per_tok"] = json!(m.top_k);
+        match m.naming {
+            MoeNaming::Qwen3Moe => config["num_experts"] = json!(m.experts),
+            MoeNaming::DeepseekV3 => {
+                config["n_routed_experts"] = json!(m.experts);
+                config["n_shared_experts"] = json!(m.shared);
+                config["first_k_dense_replace"] = json!(0);
+            }
+        }
+    }
+    config
 }
 
 /// Assigns tensors (in model order) to `shards` files of roughly equal size, each

@@ -72,6 +72,7 @@
 mod checkpoint;
 mod discover;
 pub mod error;
+mod experts;
 pub mod generate;
 pub mod index;
 mod layer;
@@ -84,8 +85,9 @@ pub mod shard;
 pub use checkpoint::{Checkpoint, TensorRef};
 pub use discover::{layer_config, natural_cmp};
 pub use error::{CheckpointError, TensorSite};
+pub use experts::{ExpertGroup, GroupedTensors};
 pub use generate::{generate, GenOptions, GenSummary};
 pub use layer::{LayerTensors, QuantLayer};
 pub use load::{load_linear, LoadError};
-pub use presets::{ModelShape, Preset, UnknownPreset};
+pub use presets::{ModelShape, MoeNaming, MoeShape, Preset, UnknownPreset};
 pub use quant_config::{QuantConfig, ScaleFormat};

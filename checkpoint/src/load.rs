@@ -3,11 +3,12 @@
 
 use std::path::Path;
 
-use fp8_linear::{Linear, LinearError, Options, Target};
+use fp8_linear::{GroupedLinear, GroupedLinearError, Linear, LinearError, Options, Target};
 
 use crate::checkpoint::Checkpoint;
 use crate::discover::{module_of, tensor_name};
 use crate::error::CheckpointError;
+use crate::experts::ExpertGroup;
 use crate::layer::QuantLayer;
 
 /// Why a layer could not be loaded into a [`Linear`]: the checkpoint (a missing or
@@ -26,6 +27,15 @@ pub enum LoadError {
         /// Selection's reasons (every candidate's), or the chosen kernel's error.
         #[source]
         source: LinearError,
+    },
+    /// The experts were read, but no grouped kernel could be built for them on the target.
+    #[error("experts `{layer}`: {source}")]
+    Grouped {
+        /// The expert group.
+        layer: String,
+        /// Selection's reasons (every candidate's), or the chosen kernel's error.
+        #[source]
+        source: GroupedLinearError,
     },
 }
 
@@ -85,6 +95,42 @@ impl Checkpoint {
         Linear::new(target, &layer.config, &tensors.view(), options).map_err(|source| {
             LoadError::Linear {
                 layer: layer.name.clone(),
+                source,
+            }
+        })
+    }
+}
+
+impl Checkpoint {
+    /// The expert group `name` (`model.layers.0.mlp.experts.gate_proj`), or
+    /// [`CheckpointError::UnknownLayer`] listing the groups there are.
+    pub fn find_expert_group(&self, name: &str) -> Result<&ExpertGroup, CheckpointError> {
+        self.expert_group(name)
+            .ok_or_else(|| CheckpointError::UnknownLayer {
+                layer: name.to_string(),
+                dir: self.dir().to_path_buf(),
+                known: self
+                    .expert_groups()
+                    .iter()
+                    .map(|g| g.name.clone())
+                    .collect(),
+            })
+    }
+
+    /// The experts of the group `name` as one ready [`GroupedLinear`] on `target`: the
+    /// grouped kernel is selected from the built-in grouped tables for the target's device
+    /// (with `options`' overrides), built there and handed every expert's weights, stacked.
+    pub fn grouped(
+        &self,
+        target: &Target,
+        name: &str,
+        options: &Options,
+    ) -> Result<GroupedLinear, LoadError> {
+        let group = self.find_expert_group(name)?;
+        let tensors = self.grouped_tensors(group)?;
+        GroupedLinear::new(target, &group.config, &tensors.view(), options).map_err(|source| {
+            LoadError::Grouped {
+                layer: group.name.clone(),
                 source,
             }
         })

@@ -29,6 +29,7 @@ mod gpu;
 mod layer_args;
 mod layer_reference;
 mod model_run;
+mod moe_run;
 mod names;
 mod place;
 mod plan;
@@ -74,6 +75,10 @@ enum Command {
         /// plan gives each range of M its own kernel.
         #[arg(short = 'm', long = "m", value_delimiter = ',', value_parser = parse_m)]
         ms: Vec<usize>,
+        /// Explain the layer as the experts of a mixture-of-experts projection: the grouped
+        /// tables (CPU kernels today).
+        #[arg(long)]
+        grouped: bool,
         #[command(flatten)]
         overrides: OverrideArgs,
     },
@@ -355,13 +360,19 @@ fn run(cli: &Cli) -> Result<ExitCode, CliError> {
             device,
             layer,
             ms,
+            grouped,
             overrides,
         } => {
             let options = overrides.options(&env)?;
             let target = resolve_target(device, cli.json)?;
             let device = target.device();
             let config = layer.config()?;
-            let ex = BUILTIN
+            let registry = if *grouped {
+                &fp8_linear::tables::GROUPED
+            } else {
+                &BUILTIN
+            };
+            let ex = registry
                 .explain(device, &config, &options.overrides)
                 .map_err(error::select_error)?;
             if cli.json {
@@ -483,7 +494,12 @@ fn run(cli: &Cli) -> Result<ExitCode, CliError> {
 
 /// The device profiles, this machine's target, and the built-in tables.
 fn list(json: bool) {
-    let tables = BUILTIN.tables();
+    let tables: Vec<&fp8_linear::Table> = BUILTIN
+        .tables()
+        .iter()
+        .chain(fp8_linear::tables::GROUPED.tables())
+        .copied()
+        .collect();
     let here = Place::best_available(true);
     if json {
         let v = serde_json::json!({
@@ -495,6 +511,7 @@ fn list(json: bool) {
             },
             "tables": tables.iter().map(|t| serde_json::json!({
                 "name": t.name, "platform": t.platform.name(), "family": t.family.name(),
+                "kind": t.kind.name(),
                 "kernels": t.entries.iter().map(|e| serde_json::json!({
                     "name": e.name, "priority": e.priority, "arch": e.arch.to_string(),
                     "backend": e.backend, "numerics": e.numerics.name(),
@@ -514,7 +531,11 @@ fn list(json: bool) {
         Some(why) => println!("this machine: {} ({why})\n", here.device()),
     }
     for t in tables {
-        println!("{} ({} {}):", t.name, t.platform, t.family);
+        let kind = match t.kind {
+            fp8_linear::LayerKind::Linear => String::new(),
+            k => format!(" {k}"),
+        };
+        println!("{} ({} {}{kind}):", t.name, t.platform, t.family);
         for e in t.entries {
             println!(
                 "  {:>3}  {:<24} {:<14} {}",

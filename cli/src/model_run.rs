@@ -223,6 +223,8 @@ pub struct ModelReport {
     m: usize,
     iters: usize,
     layers: Vec<LayerResult>,
+    /// The mixture-of-experts layers (expert groups).
+    moe: Vec<crate::moe_run::MoeResult>,
     fp8_bytes: usize,
     wall_seconds: f64,
 }
@@ -230,18 +232,23 @@ pub struct ModelReport {
 impl ModelReport {
     /// Whether every layer got a kernel and every checked layer is within tolerance.
     pub fn ok(&self) -> bool {
-        self.layers.iter().all(LayerResult::ok)
+        self.layers.iter().all(LayerResult::ok) && self.moe.iter().all(|r| r.ok())
     }
 
     /// The exit code: 4 when a layer failed to build or run, 3 when one has no kernel, 1
     /// when one failed its check or left NaNs (the highest wins), else 0.
     pub fn outcome(&self) -> Option<Kind> {
-        crate::error::worst(self.layers.iter().filter_map(|r| {
-            if r.failure.is_some() {
+        let dense = self
+            .layers
+            .iter()
+            .map(|r| (r.failure.is_some(), r.kernel.is_err(), r.ok()));
+        let moe = self.moe.iter().map(|r| (r.failed(), r.unserved(), r.ok()));
+        crate::error::worst(dense.chain(moe).filter_map(|(failed, unserved, ok)| {
+            if failed {
                 Some(Kind::Runtime)
-            } else if r.kernel.is_err() {
+            } else if unserved {
                 Some(Kind::NoKernel)
-            } else if !r.ok() {
+            } else if !ok {
                 Some(Kind::CheckFailed)
             } else {
                 None
@@ -252,13 +259,18 @@ impl ModelReport {
     /// Per kernel: (layers, summed median seconds, FLOPs per call).
     fn per_kernel(&self) -> BTreeMap<&'static str, (usize, f64, f64)> {
         let mut map: BTreeMap<&'static str, (usize, f64, f64)> = BTreeMap::new();
-        for r in &self.layers {
-            if let (Ok(k), true) = (&r.kernel, r.ran()) {
-                let e = map.entry(*k).or_default();
-                e.0 += 1;
-                e.1 += r.seconds;
-                e.2 += 2.0 * (self.m * r.n * r.k) as f64;
-            }
+        let dense = self.layers.iter().filter(|r| r.ran()).filter_map(|r| {
+            Some((
+                *r.kernel.as_ref().ok()?,
+                r.seconds,
+                2.0 * (self.m * r.n * r.k) as f64,
+            ))
+        });
+        for (k, secs, flops) in dense.chain(self.moe.iter().filter_map(|r| r.timed())) {
+            let e = map.entry(k).or_default();
+            e.0 += 1;
+            e.1 += secs;
+            e.2 += flops;
         }
         map
     }
@@ -285,8 +297,10 @@ impl ModelReport {
         v
     }
 
+    /// Seconds of a forward of every layer, the mixture-of-experts layers included.
     fn model_seconds(&self) -> f64 {
-        self.layers.iter().map(|r| r.seconds).sum()
+        let moe: f64 = self.moe.iter().filter_map(|r| r.timed()).map(|t| t.1).sum();
+        self.layers.iter().map(|r| r.seconds).sum::<f64>() + moe
     }
 
     /// Human-readable report.
@@ -337,23 +351,33 @@ impl ModelReport {
                 }
             }
         }
+        let on_gpu = !self.device.contains("cpu");
+        s += &crate::moe_run::text(&self.moe, self.m, on_gpu);
         s += "\nper kernel:\n";
-        for (k, (n, secs, flops)) in self.per_kernel() {
+        let per_kernel = self.per_kernel();
+        let kw = per_kernel
+            .keys()
+            .map(|k| k.len())
+            .max()
+            .unwrap_or(0)
+            .max(14);
+        for (k, (n, secs, flops)) in per_kernel {
             s += &format!(
-                "  {k:<14} {n:>4} layers  {:>9.3} ms per forward  {:>8.2} GFLOP/s\n",
+                "  {k:<kw$} {n:>4} layers  {:>9.3} ms per forward  {:>8.2} GFLOP/s\n",
                 secs * 1e3,
                 flops / secs / 1e9
             );
         }
         let total = self.model_seconds();
-        let served = self.layers.iter().filter(|r| r.ran()).count();
+        let served = self.layers.iter().filter(|r| r.ran()).count()
+            + self.moe.iter().filter(|r| r.timed().is_some()).count();
         s += &format!(
             "\nmodel linear time: {:.3} ms per forward of M = {} -> {:.3} ms per token ({} of {} layers, {} FP8 weights)\n",
             total * 1e3,
             self.m,
             total * 1e3 / self.m as f64,
             served,
-            self.layers.len(),
+            self.layers.len() + self.moe.len(),
             bytes(self.fp8_bytes)
         );
         let load: f64 = self.layers.iter().map(|r| r.load_seconds).sum();
@@ -426,6 +450,7 @@ impl ModelReport {
             "model_seconds_per_token": total / self.m as f64,
             "references": self.references(),
             "notes": self.notes(),
+            "moe_layers": crate::moe_run::json(&self.moe),
             "fp8_bytes": self.fp8_bytes,
             "wall_seconds": self.wall_seconds,
             "ok": self.ok(),
@@ -449,7 +474,8 @@ pub fn pick_layers(
         .filter(|l| l.name.contains(text))
         .cloned()
         .collect();
-    if picked.is_empty() {
+    let experts = ck.expert_groups().iter().any(|g| g.name.contains(text));
+    if picked.is_empty() && !experts {
         let some: Vec<&str> = ck
             .layers()
             .iter()
@@ -516,13 +542,22 @@ pub fn run(
         bar.inc(1);
     }
     bar.finish_and_clear();
+    let moe = crate::moe_run::run_groups(&ck, m, iters, only, options)?;
+    let expert_bytes: usize = ck
+        .expert_groups()
+        .iter()
+        .filter(|g| only.is_none_or(|t| g.name.contains(t)))
+        .flat_map(|g| &g.experts)
+        .map(QuantLayer::weight_bytes)
+        .sum();
     Ok(ModelReport {
         dir: dir.display().to_string(),
         device: place.device().to_string(),
         m,
         iters: iters.max(1),
-        fp8_bytes: layers.iter().map(QuantLayer::weight_bytes).sum(),
+        fp8_bytes: layers.iter().map(QuantLayer::weight_bytes).sum::<usize>() + expert_bytes,
         layers: results,
+        moe,
         wall_seconds: wall.elapsed().as_secs_f64(),
     })
 }
@@ -532,8 +567,8 @@ mod tests {
     use super::*;
     use fp8_linear::cpu::CpuReference;
     use fp8_linear::{
-        BuildCtx, Family, Fp8Kernel, KernelEntry, KernelError, Numerics, Platform, Registered,
-        Table, Target,
+        BuildCtx, Constructor, Family, Fp8Kernel, KernelEntry, KernelError, LayerKind, Numerics,
+        Platform, Registered, Table, Target,
     };
     use fp8_linear_checkpoint::{generate, GenOptions, Preset};
 
@@ -602,7 +637,7 @@ mod tests {
         name: "CpuW8A16StandIn",
         priority: 1,
         numerics: Numerics::W8A16,
-        construct: w8a16_construct,
+        construct: Constructor::Linear(w8a16_construct),
         ..<CpuReference as Registered>::ENTRY
     };
 
@@ -618,6 +653,7 @@ mod tests {
         name: "TEST_W8A16_BLOCK",
         platform: Platform::Cpu,
         family: Family::BlockScaled,
+        kind: LayerKind::Linear,
         entries: &[W8A16_ENTRY],
     };
     static W8A16: Registry = Registry::new(&[&W8A16_BLOCK]);
@@ -626,6 +662,7 @@ mod tests {
         name: "TEST_MISLABELED_BLOCK",
         platform: Platform::Cpu,
         family: Family::BlockScaled,
+        kind: LayerKind::Linear,
         entries: &[MISLABELED_ENTRY],
     };
     static MISLABELED: Registry = Registry::new(&[&MISLABELED_BLOCK]);

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use fp8_linear::{tables::BUILTIN, Device, LayerConfig, Options, Overrides, Plan as LayerPlan};
+use fp8_linear::tables::{BUILTIN, GROUPED};
+use fp8_linear::{Device, LayerConfig, Options, Overrides, Plan as LayerPlan, Registry};
 use fp8_linear_checkpoint::Checkpoint;
 use serde_json::{json, Value};
 
@@ -47,9 +48,11 @@ pub fn bytes(b: usize) -> String {
     }
 }
 
-/// Layers sharing one config, and what each device would run for it.
+/// Layers sharing one config (and expert count), and what each device would run for it.
 struct Group {
     config: LayerConfig,
+    /// Experts per layer: 0 for dense layers, E for grouped (mixture-of-experts) ones.
+    experts: usize,
     layers: Vec<String>,
     weight_bytes: usize,
     scale_bytes: usize,
@@ -60,32 +63,73 @@ struct Group {
 
 struct Plan {
     groups: Vec<Group>,
+    /// The mixture-of-experts layers (one per projection), planned from the grouped tables.
+    moe: Vec<Group>,
     devices: Vec<(String, Device)>,
 }
 
-fn build(ck: &Checkpoint, devices: Vec<(String, Device)>, ov: &Overrides) -> Plan {
+/// One layer to plan: name, config, experts (0: dense), FP8 bytes, scale bytes.
+type Item<'a> = (&'a str, LayerConfig, usize, usize, usize);
+
+/// The layers grouped by (config, experts), each group planned on every device from
+/// `registry`.
+fn group<'a>(
+    items: impl Iterator<Item = Item<'a>>,
+    devices: &[(String, Device)],
+    registry: &Registry,
+    ov: &Overrides,
+) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    let mut by_config: HashMap<LayerConfig, usize> = HashMap::new();
-    for l in ck.layers() {
-        let i = *by_config.entry(l.config).or_insert_with(|| {
+    let mut by_config: HashMap<(LayerConfig, usize), usize> = HashMap::new();
+    for (name, config, experts, weight_bytes, scale_bytes) in items {
+        let i = *by_config.entry((config, experts)).or_insert_with(|| {
             groups.push(Group {
-                config: l.config,
+                config,
+                experts,
                 layers: Vec::new(),
                 weight_bytes: 0,
                 scale_bytes: 0,
                 choices: devices
                     .iter()
-                    .map(|(_, d)| BUILTIN.plan(d, &l.config, ov).map_err(|e| e.to_string()))
+                    .map(|(_, d)| registry.plan(d, &config, ov).map_err(|e| e.to_string()))
                     .collect(),
             });
             groups.len() - 1
         });
         let g = &mut groups[i];
-        g.layers.push(l.name.clone());
-        g.weight_bytes += l.weight_bytes();
-        g.scale_bytes += l.scale_bytes();
+        g.layers.push(name.to_string());
+        g.weight_bytes += weight_bytes;
+        g.scale_bytes += scale_bytes;
     }
-    Plan { groups, devices }
+    groups
+}
+
+fn build(ck: &Checkpoint, devices: Vec<(String, Device)>, ov: &Overrides) -> Plan {
+    let dense = ck.layers().iter().map(|l| {
+        (
+            l.name.as_str(),
+            l.config,
+            0,
+            l.weight_bytes(),
+            l.scale_bytes(),
+        )
+    });
+    let moe = ck.expert_groups().iter().map(|g| {
+        let e = g.experts.len();
+        let l = &g.experts[0];
+        (
+            g.name.as_str(),
+            g.config,
+            e,
+            e * l.weight_bytes(),
+            e * l.scale_bytes(),
+        )
+    });
+    Plan {
+        groups: group(dense, &devices, &BUILTIN, ov),
+        moe: group(moe, &devices, &GROUPED, ov),
+        devices,
+    }
 }
 
 /// Per device: kernel -> (layers, weight bytes), and the unserved (layers, bytes).
@@ -95,7 +139,7 @@ impl Plan {
     fn totals(&self, d: usize) -> Totals {
         let mut per_kernel: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
         let mut unserved = (0, 0);
-        for g in &self.groups {
+        for g in self.groups.iter().chain(&self.moe) {
             let add = |slot: &mut (usize, usize)| {
                 slot.0 += g.layers.len();
                 slot.1 += g.weight_bytes;
@@ -115,6 +159,7 @@ impl Plan {
     fn all_served(&self) -> bool {
         self.groups
             .iter()
+            .chain(&self.moe)
             .all(|g| g.choices.iter().all(|c| c.is_ok()))
     }
 }
@@ -149,33 +194,16 @@ fn indent(text: &str, pad: &str) -> String {
         .join("\n")
 }
 
-fn render_text(ck: &Checkpoint, plan: &Plan) -> String {
-    let layers = ck.layers();
-    let fp8: usize = layers.iter().map(|l| l.weight_bytes()).sum();
-    let scales: usize = layers.iter().map(|l| l.scale_bytes()).sum();
-    let other = ck.unquantized();
-    let other_bytes: usize = other.iter().map(|(_, t)| t.info.range.len()).sum();
-    let mut s = format!("checkpoint: {}\n", ck.dir().display());
-    s += &format!("  format:   {}\n", ck.quant().describe());
-    s += &format!(
-        "  contents: {} file(s), {} tensors: {} quantized linear layers ({} FP8 weights + {} scales), {} other tensors left alone ({})\n",
-        ck.shards().len(),
-        ck.tensors().len(),
-        layers.len(),
-        bytes(fp8),
-        bytes(scales),
-        other.len(),
-        bytes(other_bytes)
-    );
-    let w = plan.devices.iter().map(|(n, _)| n.len()).max().unwrap_or(4);
-    s += "devices:\n";
-    for (name, d) in &plan.devices {
-        s += &format!("  {name:<w$} = {d}\n");
-    }
-    s += &format!("\n{} distinct layer configs:\n", plan.groups.len());
-    for (i, g) in plan.groups.iter().enumerate() {
+/// Each group: its config, its layers, and what each device runs for it.
+fn render_groups(groups: &[Group], devices: &[(String, Device)], w: usize) -> String {
+    let mut s = String::new();
+    for (i, g) in groups.iter().enumerate() {
+        let experts = match g.experts {
+            0 => String::new(),
+            e => format!("{e} experts of "),
+        };
         s += &format!(
-            "\n[{}] {} ({} family)\n",
+            "\n[{}] {experts}{} ({} family)\n",
             i + 1,
             g.config,
             g.config.family()
@@ -194,7 +222,7 @@ fn render_text(ck: &Checkpoint, plan: &Plan) -> String {
                 String::new()
             }
         );
-        for ((name, _), c) in plan.devices.iter().zip(&g.choices) {
+        for ((name, _), c) in devices.iter().zip(&g.choices) {
             match c {
                 Ok(p) => s += &format!("    {name:<w$} -> {}\n", plan_text(p)),
                 Err(e) => {
@@ -205,10 +233,65 @@ fn render_text(ck: &Checkpoint, plan: &Plan) -> String {
             }
         }
     }
+    s
+}
+
+fn render_text(ck: &Checkpoint, plan: &Plan) -> String {
+    let layers = ck.layers();
+    let fp8: usize = layers.iter().map(|l| l.weight_bytes()).sum();
+    let scales: usize = layers.iter().map(|l| l.scale_bytes()).sum();
+    let other = ck.unquantized();
+    let other_bytes: usize = other.iter().map(|(_, t)| t.info.range.len()).sum();
+    let mut s = format!("checkpoint: {}\n", ck.dir().display());
+    s += &format!("  format:   {}\n", ck.quant().describe());
     s += &format!(
-        "\ntotals ({} layers, {} FP8 weights):\n",
+        "  contents: {} file(s), {} tensors: {} quantized linear layers ({} FP8 weights + {} scales), {} other tensors left alone ({})\n",
+        ck.shards().len(),
+        ck.tensors().len(),
         layers.len(),
-        bytes(fp8)
+        bytes(fp8),
+        bytes(scales),
+        other.len(),
+        bytes(other_bytes)
+    );
+    let groups = ck.expert_groups();
+    if !groups.is_empty() {
+        let experts: usize = groups.iter().map(|g| g.experts.len()).sum();
+        let fp8: usize = groups
+            .iter()
+            .flat_map(|g| &g.experts)
+            .map(|l| l.weight_bytes())
+            .sum();
+        s += &format!(
+            "  experts:  {} mixture-of-experts layers (one per projection), {experts} experts, {} FP8 weights\n",
+            groups.len(),
+            bytes(fp8)
+        );
+    }
+    let w = plan.devices.iter().map(|(n, _)| n.len()).max().unwrap_or(4);
+    s += "devices:\n";
+    for (name, d) in &plan.devices {
+        s += &format!("  {name:<w$} = {d}\n");
+    }
+    s += &format!("\n{} distinct layer configs:\n", plan.groups.len());
+    s += &render_groups(&plan.groups, &plan.devices, w);
+    if !plan.moe.is_empty() {
+        s += &format!(
+            "\n{} distinct mixture-of-experts configs (grouped kernels, one layer per projection):\n",
+            plan.moe.len()
+        );
+        s += &render_groups(&plan.moe, &plan.devices, w);
+        s += "    (grouped kernels are CPU kernels today, CpuGroupedFp8Gemm and the f64 \
+              CpuGroupedReference; grouped CUDA kernels are a later issue)\n";
+    }
+    s += &format!(
+        "\ntotals ({} layers, {} FP8 weights{}):\n",
+        layers.len(),
+        bytes(fp8),
+        match plan.moe.len() {
+            0 => String::new(),
+            _ => format!("; {} mixture-of-experts layers", ck.expert_groups().len()),
+        }
     );
     for (d, (name, _)) in plan.devices.iter().enumerate() {
         let (per_kernel, unserved) = plan.totals(d);
@@ -226,6 +309,32 @@ fn render_text(ck: &Checkpoint, plan: &Plan) -> String {
         s += &format!("  {name:<w$}  {}\n", parts.join("; "));
     }
     s
+}
+
+/// Each group as JSON: config, layers, sizes, experts (mixture-of-experts groups) and the
+/// plan per device.
+fn groups_json(groups: &[Group], devices: &[(String, Device)]) -> Vec<Value> {
+    groups
+        .iter()
+        .map(|g| {
+            let mut v = json!({
+                "config": g.config.to_string(),
+                "family": g.config.family().name(),
+                "n": g.config.n, "k": g.config.k,
+                "layers": g.layers,
+                "weight_bytes": g.weight_bytes,
+                "scale_bytes": g.scale_bytes,
+                "kernels": devices.iter().zip(&g.choices).map(|((n, _), c)| (n.clone(), match c {
+                    Ok(p) => plan_json(p),
+                    Err(e) => json!({"kernel": null, "error": e}),
+                })).collect::<serde_json::Map<String, Value>>(),
+            });
+            if g.experts > 0 {
+                v["experts"] = json!(g.experts);
+            }
+            v
+        })
+        .collect()
 }
 
 fn render_json(ck: &Checkpoint, plan: &Plan) -> Value {
@@ -246,18 +355,8 @@ fn render_json(ck: &Checkpoint, plan: &Plan) -> Value {
             "name": n, "device": d.to_string(),
             "capability": d.capability.map(|c| c.to_string()),
         })).collect::<Vec<_>>(),
-        "groups": plan.groups.iter().map(|g| json!({
-            "config": g.config.to_string(),
-            "family": g.config.family().name(),
-            "n": g.config.n, "k": g.config.k,
-            "layers": g.layers,
-            "weight_bytes": g.weight_bytes,
-            "scale_bytes": g.scale_bytes,
-            "kernels": plan.devices.iter().zip(&g.choices).map(|((n, _), c)| (n.clone(), match c {
-                Ok(p) => plan_json(p),
-                Err(e) => json!({"kernel": null, "error": e}),
-            })).collect::<serde_json::Map<String, Value>>(),
-        })).collect::<Vec<_>>(),
+        "groups": groups_json(&plan.groups, &plan.devices),
+        "moe_groups": groups_json(&plan.moe, &plan.devices),
         "totals": plan.devices.iter().enumerate().map(|(d, (n, _))| {
             let (per_kernel, unserved) = plan.totals(d);
             (n.clone(), json!({

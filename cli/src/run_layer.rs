@@ -352,8 +352,8 @@ mod tests {
     use crate::executor::HostExecutor;
     use fp8_linear::cpu::CpuReference;
     use fp8_linear::{
-        BuildCtx, Family, Fp8Kernel, KernelEntry, KernelError, KernelName, Platform, Registered,
-        Table, Target, Unsupported,
+        BuildCtx, Constructor, Family, Fp8Kernel, KernelEntry, KernelError, KernelName, LayerKind,
+        Platform, Registered, Table, Target, Unsupported,
     };
     use fp8_linear::{StorageMut, TensorMut};
 
@@ -419,13 +419,14 @@ mod tests {
     const LAZY: KernelEntry = KernelEntry {
         name: "CpuLazy",
         priority: 1,
-        construct: lazy,
+        construct: Constructor::Linear(lazy),
         ..<CpuReference as Registered>::ENTRY
     };
     static LAZY_BLOCK: Table = Table {
         name: "TEST_LAZY_BLOCK",
         platform: Platform::Cpu,
         family: Family::BlockScaled,
+        kind: LayerKind::Linear,
         entries: &[LAZY],
     };
     static LAZY_REGISTRY: Registry = Registry::new(&[&LAZY_BLOCK]);

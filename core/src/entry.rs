@@ -6,7 +6,9 @@ use crate::arch::ArchSpec;
 use crate::build_ctx::BuildCtx;
 use crate::config::LayerConfig;
 use crate::error::{KernelError, Unsupported};
+use crate::grouped::Fp8GroupedKernel;
 use crate::kernel::Fp8Kernel;
+use crate::kind::LayerKind;
 use crate::numerics::Numerics;
 use crate::param::LayerParam;
 use crate::platform::Platform;
@@ -14,6 +16,28 @@ use crate::rows::RowRange;
 
 /// Builds a kernel for a layer through its typed constructor.
 pub type ConstructFn = fn(&BuildCtx<'_>) -> Result<Box<dyn Fp8Kernel>, KernelError>;
+
+/// Builds a grouped kernel for a layer of experts through its typed constructor.
+pub type GroupedConstructFn = fn(&BuildCtx<'_>) -> Result<Box<dyn Fp8GroupedKernel>, KernelError>;
+
+/// The uniform constructor of an entry, of the kernel's kind (`#[fp8_kernel(kind = ..)]`).
+#[derive(Copy, Clone)]
+pub enum Constructor {
+    /// A linear kernel ([`Fp8Kernel`]).
+    Linear(ConstructFn),
+    /// A grouped kernel ([`Fp8GroupedKernel`]).
+    Grouped(GroupedConstructFn),
+}
+
+impl Constructor {
+    /// The kind of layer the kernel computes.
+    pub const fn kind(&self) -> LayerKind {
+        match self {
+            Constructor::Linear(_) => LayerKind::Linear,
+            Constructor::Grouped(_) => LayerKind::Grouped,
+        }
+    }
+}
 
 /// Checks whether a kernel can implement a layer config.
 pub type CanImplementFn = fn(&LayerConfig) -> Result<(), Unsupported>;
@@ -43,8 +67,8 @@ pub struct KernelEntry {
     pub numerics: Numerics,
     /// The config check.
     pub can_implement: CanImplementFn,
-    /// The uniform constructor (calls the typed `new`).
-    pub construct: ConstructFn,
+    /// The uniform constructor (calls the typed `new`), of the kernel's kind.
+    pub construct: Constructor,
 }
 
 impl KernelEntry {
@@ -55,10 +79,46 @@ impl KernelEntry {
         self
     }
 
-    /// Builds the kernel for the context's layer, after checking the config (so a
+    /// The kind of layer the kernel computes (linear or grouped).
+    pub const fn kind(&self) -> LayerKind {
+        self.construct.kind()
+    }
+
+    /// Builds the (linear) kernel for the context's layer, after checking the config (so a
     /// constructor is never called for a layer the kernel rejects).
-    /// The device must be of the kernel's platform and inside its arch (or its `force_arch`).
+    /// The device must be of the kernel's platform and inside its arch (or its `force_arch`);
+    /// a grouped kernel is [`KernelError::WrongKind`].
     pub fn build(&self, ctx: &BuildCtx<'_>) -> Result<Box<dyn Fp8Kernel>, KernelError> {
+        self.check_build(ctx)?;
+        match self.construct {
+            Constructor::Linear(f) => f(ctx),
+            Constructor::Grouped(_) => Err(self.wrong_kind(LayerKind::Linear)),
+        }
+    }
+
+    /// Like [`KernelEntry::build`], for a grouped kernel (the context's config is one
+    /// expert's layer); a linear kernel is [`KernelError::WrongKind`].
+    pub fn build_grouped(
+        &self,
+        ctx: &BuildCtx<'_>,
+    ) -> Result<Box<dyn Fp8GroupedKernel>, KernelError> {
+        self.check_build(ctx)?;
+        match self.construct {
+            Constructor::Grouped(f) => f(ctx),
+            Constructor::Linear(_) => Err(self.wrong_kind(LayerKind::Grouped)),
+        }
+    }
+
+    fn wrong_kind(&self, wanted: LayerKind) -> KernelError {
+        KernelError::WrongKind {
+            kernel: self.name,
+            kind: self.kind(),
+            wanted,
+        }
+    }
+
+    /// The device and config checks of a build.
+    fn check_build(&self, ctx: &BuildCtx<'_>) -> Result<(), KernelError> {
         let device = ctx.device();
         let arch_ok = self.arch.matches(device.capability)
             || self
@@ -74,8 +134,7 @@ impl KernelEntry {
         (self.can_implement)(ctx.config()).map_err(|reason| KernelError::Unsupported {
             kernel: self.name,
             reason,
-        })?;
-        (self.construct)(ctx)
+        })
     }
 
     /// The config of the f64 reference that computes what this kernel computes for
@@ -96,18 +155,19 @@ impl fmt::Debug for KernelEntry {
             .field("rows", &self.rows)
             .field("params", &self.params)
             .field("numerics", &self.numerics)
+            .field("kind", &self.kind())
             .finish()
     }
 }
 
-/// Implemented by `#[fp8_kernel]` for every registered kernel type; tables list types that
-/// implement it.
+/// Implemented by `#[fp8_kernel]` for every registered kernel type (linear or grouped);
+/// tables list types that implement it.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a registered fp8 kernel",
     label = "not registered",
     note = "add `#[fp8_kernel(platform = ..., priority = ..., arch = ...)]` to the type's definition"
 )]
-pub trait Registered: Fp8Kernel + Sized {
+pub trait Registered: crate::kernel::KernelName + Sized {
     /// The kernel's entry.
     const ENTRY: KernelEntry;
 }

@@ -7,6 +7,8 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::dtype::DType;
+use crate::grouped::RoutingError;
+use crate::kind::LayerKind;
 
 /// An error from constructing a kernel, processing weights or applying a layer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -179,6 +181,22 @@ pub enum KernelError {
         kernel: &'static str,
         /// Why not.
         reason: String,
+    },
+    /// The routing of a grouped (mixture-of-experts) call is wrong: offsets out of order or
+    /// past the rows, a count above the rows per expert, an expert id out of range, a list
+    /// of another length than the experts or rows (the [`RoutingError`] names which).
+    #[error(transparent)]
+    Routing(#[from] RoutingError),
+    /// A kernel was to be built for a layer of the other kind (a grouped kernel for a linear
+    /// layer, or a linear kernel for a grouped one).
+    #[error("{kernel} is a {kind} kernel; it cannot be built for a {wanted} layer")]
+    WrongKind {
+        /// The kernel.
+        kernel: &'static str,
+        /// The kernel's kind.
+        kind: LayerKind,
+        /// The kind of layer it was to be built for.
+        wanted: LayerKind,
     },
     /// A backend failure described by a message (a size the kernel cannot handle, a device
     /// that lacks a resource, ...).

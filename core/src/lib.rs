@@ -21,7 +21,9 @@ pub mod dtype;
 pub mod entry;
 pub mod error;
 pub mod fp8;
+pub mod grouped;
 pub mod kernel;
+pub mod kind;
 pub mod numerics;
 pub mod options;
 pub mod param;
@@ -33,6 +35,7 @@ pub mod select;
 pub mod shared;
 pub mod table;
 pub mod tensor;
+mod tensor_rows;
 pub mod tuning;
 pub mod validate;
 
@@ -41,10 +44,12 @@ pub use build_ctx::BuildCtx;
 pub use config::{Family, LayerConfig};
 pub use device::{Device, UnknownProfile};
 pub use dtype::DType;
-pub use entry::{KernelEntry, Registered};
+pub use entry::{Constructor, KernelEntry, Registered};
 pub use error::{KernelError, Unsupported};
 pub use fp8_linear_macros::{fp8_kernel, fp8_table};
+pub use grouped::{Fp8GroupedKernel, GroupedWeights, Routing, RoutingError};
 pub use kernel::{Fp8Kernel, KernelName};
+pub use kind::LayerKind;
 pub use numerics::Numerics;
 pub use options::{KernelOptions, Options, OptionsError, OverrideSource, Overrides};
 pub use param::{LayerParam, LayerParams};
@@ -64,9 +69,18 @@ pub mod __private {
     pub use crate::arch::{ArchSpec, Capability};
     pub use crate::build_ctx::BuildCtx;
     pub use crate::config::{Family, LayerConfig};
-    pub use crate::entry::{KernelEntry, Registered};
+    pub use crate::entry::{Constructor, KernelEntry, Registered};
     pub use crate::error::KernelError;
+    pub use crate::grouped::Fp8GroupedKernel;
+
+    /// A grouped kernel, boxed: the one place the generated constructor of a
+    /// `kind = Grouped` kernel needs `Fp8GroupedKernel`, so a kernel without it is reported
+    /// at the user's `kind = Grouped`.
+    pub fn boxed_grouped<K: Fp8GroupedKernel>(kernel: K) -> Box<dyn Fp8GroupedKernel> {
+        Box::new(kernel)
+    }
     pub use crate::kernel::{Fp8Kernel, KernelName};
+    pub use crate::kind::LayerKind;
     pub use crate::numerics::Numerics;
     pub use crate::param::names as layer_param;
     pub use crate::param::{LayerParam, LayerParams};

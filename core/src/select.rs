@@ -479,7 +479,10 @@ impl Registry {
         self.find(device.platform, config.family())
             .ok_or_else(|| SelectError::NoTable {
                 platform: device.platform.to_string(),
-                family: config.family().to_string(),
+                family: match self.kind() {
+                    crate::kind::LayerKind::Linear => config.family().to_string(),
+                    kind => format!("{kind} {}", config.family()),
+                },
                 device: device.to_string(),
                 config: config.to_string(),
             })

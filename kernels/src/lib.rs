@@ -30,6 +30,10 @@
 //! - Activations your engine already quantized (fused into the op before, such as the
 //!   MLP's SiLU-and-multiply): [`ActivationQuantizer`] (the layer's own quantization, and
 //!   [`ActivationQuantizer::silu_mul`]) and [`Linear::forward_quantized`].
+//! - Mixture-of-experts layers (the E experts of one projection): [`GroupedWeights`] (the
+//!   experts' tensors stacked) and [`GroupedLinear`], called with a [`Routing`]
+//!   (contiguous rows by offsets or per-row expert ids, or masked per-expert counts),
+//!   planned from [`tables::GROUPED`] (CPU kernels today).
 //! - Why a kernel was or was not chosen: [`Registry::explain`] on [`tables::BUILTIN`].
 //! - A kernel of your own: [`docs::writing_kernels`] (what `apply` receives, what the
 //!   scales mean, extending a built-in table, a complete CPU kernel using the helpers in
@@ -55,27 +59,30 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod docs;
+mod grouped_linear;
 mod linear;
 mod quantizer;
 pub mod tables;
 mod target;
 pub mod tensor_parallel;
 
+pub use grouped_linear::{GroupedLinear, GroupedLinearError};
 pub use linear::{Linear, LinearError};
 pub use quantizer::ActivationQuantizer;
 pub use target::Target;
 
 // The core vocabulary an engine author needs, re-exported by name.
 pub use fp8_linear_core::{
-    fp8_kernel, fp8_table, ArchSpec, BuildCtx, Candidate, Capability, Choice, DType, Device,
-    DeviceMemory, Explanation, Family, Fp8Kernel, GroupShape, KernelEntry, KernelError, KernelName,
-    KernelOptions, LayerConfig, LayerParam, LayerParams, LayerWeights, Numerics, Options,
-    OptionsError, OverrideSource, Overrides, Plan, PlanRange, Platform, QuantKey, Registered,
-    Registry, RowRange, ScaleDtype, SelectError, Selected, SharedWeights, Storage, StorageMut,
-    Table, Tensor, TensorMut, Tuned, TuningError, TuningFile, UnknownProfile, Unsupported, Verdict,
+    fp8_kernel, fp8_table, ArchSpec, BuildCtx, Candidate, Capability, Choice, Constructor, DType,
+    Device, DeviceMemory, Explanation, Family, Fp8GroupedKernel, Fp8Kernel, GroupShape,
+    GroupedWeights, KernelEntry, KernelError, KernelName, KernelOptions, LayerConfig, LayerKind,
+    LayerParam, LayerParams, LayerWeights, Numerics, Options, OptionsError, OverrideSource,
+    Overrides, Plan, PlanRange, Platform, QuantKey, Registered, Registry, Routing, RoutingError,
+    RowRange, ScaleDtype, SelectError, Selected, SharedWeights, Storage, StorageMut, Table, Tensor,
+    TensorMut, Tuned, TuningError, TuningFile, UnknownProfile, Unsupported, Verdict,
 };
 // Modules with helpers for kernel authors (checks, FP8 conversion, tuning-file keys).
-pub use fp8_linear_core::{fp8, kernel, options, plan, select, tuning, validate};
+pub use fp8_linear_core::{fp8, grouped, kernel, options, plan, select, tuning, validate};
 /// The element types of 16-bit activations.
 pub use half::{bf16, f16};
 

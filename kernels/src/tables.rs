@@ -1,9 +1,9 @@
-//! The built-in kernel tables, one per (platform, family), and the registry that holds
-//! them. Downstream crates build their own with `fp8_table!` (see the crate docs).
+//! The built-in kernel tables, one per (platform, family, kind), and the registries that
+//! hold them ([`BUILTIN`] for linear layers, [`GROUPED`] for experts). Downstream crates build their own with `fp8_table!` (see the crate docs).
 
 use fp8_linear_core::{fp8_table, Capability, Device, Platform, Registry};
 
-use crate::cpu::{CpuFp8Gemm, CpuReference};
+use crate::cpu::{CpuFp8Gemm, CpuGroupedFp8Gemm, CpuGroupedReference, CpuReference};
 #[cfg(feature = "cuda")]
 use crate::cuda::{
     CublasLtBlockFp8, CublasLtFp8PerTensor, CublasLtFp8Rowwise, DecodeBlockFp8, HopperBlockFp8,
@@ -18,6 +18,24 @@ fp8_table! {
     /// Weight-only FP8 (W8A16) on the CPU.
     pub CPU_WEIGHT_ONLY: Cpu, WeightOnly = [CpuFp8Gemm, CpuReference];
 }
+
+fp8_table! {
+    /// Block-scaled grouped (mixture-of-experts) W8A8 on the CPU.
+    pub CPU_GROUPED_BLOCK: Cpu, BlockScaled, Grouped = [CpuGroupedFp8Gemm, CpuGroupedReference];
+    /// Per-tensor / per-token / per-channel grouped W8A8 on the CPU.
+    pub CPU_GROUPED_SCALED: Cpu, Scaled, Grouped = [CpuGroupedFp8Gemm, CpuGroupedReference];
+    /// Weight-only grouped FP8 (W8A16) on the CPU.
+    pub CPU_GROUPED_WEIGHT_ONLY: Cpu, WeightOnly, Grouped = [CpuGroupedFp8Gemm, CpuGroupedReference];
+}
+
+/// Every built-in grouped (mixture-of-experts) table: selection for experts starts here.
+/// CPU kernels only for now; grouped CUDA kernels are a later issue, so on a GPU the plan is
+/// [`SelectError::NoTable`](fp8_linear_core::SelectError::NoTable) naming it.
+pub static GROUPED: Registry = Registry::grouped(&[
+    &CPU_GROUPED_BLOCK,
+    &CPU_GROUPED_SCALED,
+    &CPU_GROUPED_WEIGHT_ONLY,
+]);
 
 // CUDA tables, fastest first, as measured on an H200 (docs/perf-log.md): the decode kernel
 // first for the rows it serves (M = 1, where it beats cuBLASLt block-scaled on every layer

@@ -9,3 +9,4 @@ syn::custom_keyword!(params);
 syn::custom_keyword!(backend);
 syn::custom_keyword!(numerics);
 syn::custom_keyword!(rows);
+syn::custom_keyword!(kind);

@@ -19,7 +19,8 @@ use proc_macro::TokenStream;
 
 /// Registers a kernel type. See the `fp8-linear` crate docs for the attribute contract:
 /// `platform`, `priority`, `arch` (required on Cuda), `params`, and optionally `numerics`,
-/// `backend`, `force_arch` and `crate`. The type's inherent
+/// `backend`, `force_arch`, `rows`, `kind` (`Linear`, the default, or `Grouped` for a
+/// mixture-of-experts kernel implementing `Fp8GroupedKernel`) and `crate`. The type's inherent
 /// `fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError>` (with `params = [..]` of N
 /// names: `fn new(ctx: &BuildCtx<'_>, params: LayerParams<N>) -> ...`) is checked at
 /// compile time.
@@ -30,9 +31,10 @@ pub fn fp8_kernel(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Declares constant kernel tables:
 /// `pub NAME: Platform, Family = [KernelA, KernelB => 4, ...];`, or
-/// `pub NAME: Platform, Family = path::TO::BASE + [MyKernel => 3];` to extend a table.
-/// A kernel of another platform, two kernels of one priority or a kernel listed twice is a
-/// compile error at that kernel.
+/// `pub NAME: Platform, Family = path::TO::BASE + [MyKernel => 3];` to extend a table;
+/// `pub NAME: Platform, Family, Grouped = [...]` for a table of grouped (mixture-of-experts)
+/// kernels. A kernel of another platform or kind, two kernels of one priority or a kernel
+/// listed twice is a compile error at that kernel.
 #[proc_macro]
 pub fn fp8_table(input: TokenStream) -> TokenStream {
     table::expand_macro(input.into()).into()

@@ -1,4 +1,4 @@
-//! The closed vocabularies both macros accept (platforms, families, numerics), each defined
+//! The closed vocabularies both macros accept (platforms, families, numerics, layer kinds), each defined
 //! once as an enum whose variant names are the identifiers users write, and [`Spanned`], a
 //! typed value with the span of the user's tokens it came from.
 
@@ -78,8 +78,19 @@ pub fn hint<'a>(written: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .unwrap_or_default()
 }
 
+/// A closed vocabulary, for code that reads any of them (the attribute's identifier values).
+pub trait Vocabulary: Copy + 'static {
+    /// Every value.
+    const VALUES: &'static [Self];
+    /// The identifier as written.
+    fn word(self) -> &'static str;
+    /// The value an identifier names, if any.
+    fn of(id: &Ident) -> Option<Self>;
+}
+
 /// Defines a closed vocabulary: an enum whose variants are written as identifiers, with
-/// `ALL`, `name()`, `from_ident()`, `expected()`, `unknown()` and `ident()`.
+/// `ALL`, `name()`, `from_ident()`, `expected()`, `unknown()` and `ident()`, and its
+/// [`Vocabulary`] impl.
 macro_rules! vocabulary {
     ($(#[$doc:meta])* $enum:ident ($what:literal) { $($variant:ident),* $(,)? }) => {
         $(#[$doc])*
@@ -136,6 +147,16 @@ macro_rules! vocabulary {
                 Ident::new(self.name(), span)
             }
         }
+
+        impl Vocabulary for $enum {
+            const VALUES: &'static [Self] = Self::ALL;
+            fn word(self) -> &'static str {
+                self.name()
+            }
+            fn of(id: &Ident) -> Option<Self> {
+                Self::from_ident(id)
+            }
+        }
     };
 }
 
@@ -154,6 +175,11 @@ vocabulary! {
     Numerics ("numerics") { Layer, W8A16 }
 }
 
+vocabulary! {
+    /// The kind of layer a kernel computes (`fp8_linear_core::LayerKind`).
+    LayerKind ("layer kind") { Linear, Grouped }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +193,7 @@ mod tests {
         assert_eq!(Platform::expected(), "Cuda, Rocm, Cpu, Xpu, Tpu");
         assert_eq!(Family::expected(), "BlockScaled, Scaled, WeightOnly");
         assert_eq!(Numerics::expected(), "Layer, W8A16");
+        assert_eq!(LayerKind::expected(), "Linear, Grouped");
     }
 
     #[test]

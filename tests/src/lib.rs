@@ -41,3 +41,32 @@ macro_rules! inert_kernel_impl {
         }
     };
 }
+
+/// An `Fp8GroupedKernel` impl that does nothing, for UI tests of grouped kernels.
+#[macro_export]
+macro_rules! inert_grouped_kernel_impl {
+    ($name:ident) => {
+        impl ::fp8_linear::Fp8GroupedKernel for $name {
+            fn can_implement(
+                _: &::fp8_linear::LayerConfig,
+            ) -> ::core::result::Result<(), ::fp8_linear::Unsupported> {
+                Ok(())
+            }
+            fn process_weights(
+                &mut self,
+                _: &::fp8_linear::GroupedWeights<'_>,
+            ) -> ::core::result::Result<(), ::fp8_linear::KernelError> {
+                Ok(())
+            }
+            fn apply(
+                &mut self,
+                _: &::fp8_linear::Tensor<'_>,
+                _: &::fp8_linear::Routing<'_>,
+                _: ::core::option::Option<&[f32]>,
+                _: &mut ::fp8_linear::TensorMut<'_>,
+            ) -> ::core::result::Result<(), ::fp8_linear::KernelError> {
+                Ok(())
+            }
+        }
+    };
+}

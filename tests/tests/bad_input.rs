@@ -210,7 +210,9 @@ fn per_call_input_errors() {
 fn apply_before_process_weights_is_an_error() {
     let target = Target::cpu();
     let opts = KernelOptions::none();
-    let mut k = (CpuFp8Gemm::ENTRY.construct)(&target.build_ctx(&cfg(), &opts)).unwrap();
+    let mut k = CpuFp8Gemm::ENTRY
+        .build(&target.build_ctx(&cfg(), &opts))
+        .unwrap();
     let x = vec![0f32; K];
     let mut o = vec![0f32; N];
     let err = k

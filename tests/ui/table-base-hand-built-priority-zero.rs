@@ -1,7 +1,7 @@
 //! A hand-built base table with a kernel of priority 0: the extending table reports it, naming
 //! the base.
 use fp8_linear::{
-    fp8_kernel, fp8_table, BuildCtx, Family, KernelEntry, KernelError, Platform, Registered, Table,
+    fp8_kernel, fp8_table, BuildCtx, Family, KernelEntry, KernelError, LayerKind, Platform, Registered, Table,
 };
 
 #[fp8_kernel(platform = Cpu, priority = 1)]
@@ -32,6 +32,7 @@ const HAND_MADE: Table = Table {
     name: "HAND_MADE",
     platform: Platform::Cpu,
     family: Family::BlockScaled,
+    kind: LayerKind::Linear,
     entries: &HAND_MADE_ENTRIES,
 };
 

@@ -64,6 +64,7 @@ keys! {
     backend => Backend,
     force_arch => ForceArch,
     rows => Rows,
+    kind => Kind,
 }
 
 impl Key {
@@ -210,6 +211,7 @@ mod tests {
             backend = marlin,
             force_arch = sm80..,
             rows = 1..=16,
+            kind = Linear,
             crate = fp8_linear,
         ))
         .unwrap();
@@ -224,12 +226,13 @@ mod tests {
                 "backend",
                 "force_arch",
                 "rows",
+                "kind",
                 "crate"
             ]
         );
         assert_eq!(
             Key::expected(),
-            "platform, priority, arch, params, numerics, backend, force_arch, rows, crate"
+            "platform, priority, arch, params, numerics, backend, force_arch, rows, kind, crate"
         );
     }
 
@@ -254,7 +257,7 @@ mod tests {
         assert_eq!(
             msg(quote!(Cpu, priority = 1)),
             "expected a `key = value` argument, found `Cpu`; the keys are: platform, priority, \
-             arch, params, numerics, backend, force_arch, rows, crate"
+             arch, params, numerics, backend, force_arch, rows, kind, crate"
         );
         assert!(msg(quote!(platform = Cpu, 1))
             .starts_with("expected a `key = value` argument, found `1`"));

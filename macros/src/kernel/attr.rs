@@ -9,7 +9,7 @@ use syn::{Expr, ExprLit, ExprPath, ExprRange, Ident, Lit, RangeLimits};
 
 use super::ast::{Key, RawArg, RawArgs, RawKey};
 use crate::errors::Errors;
-use crate::vocab::{did_you_mean, hint, Numerics, Platform};
+use crate::vocab::{did_you_mean, hint, LayerKind, Numerics, Platform, Vocabulary};
 
 /// A compute capability as (major, minor).
 pub type Cap = (u8, u8);
@@ -85,6 +85,8 @@ pub enum Value {
     Params(Vec<Ident>),
     /// `numerics = W8A16`
     Numerics(Numerics),
+    /// `kind = Grouped`
+    Kind(LayerKind),
     /// `backend = marlin` or `backend = "marlin"`
     Backend(String),
     /// `rows = 1..=16`, `rows = 17..` or `rows = 1..17`: the rows (M) of a call the kernel
@@ -157,6 +159,7 @@ fn interpret_one(arg: &RawArg, errs: &mut Errors) -> Option<Attr> {
         Key::Arch | Key::ForceArch => arch(key, v, errs).map(Value::Arch),
         Key::Params => params(v, errs).map(Value::Params),
         Key::Numerics => numerics(v, errs).map(Value::Numerics),
+        Key::Kind => kind(v, errs).map(Value::Kind),
         Key::Backend => backend(v, errs).map(Value::Backend),
         Key::Rows => rows(v, errs).map(|(lo, hi)| Value::Rows(lo, hi)),
         Key::Crate => krate_value(v, errs).map(Value::Crate),
@@ -463,32 +466,50 @@ fn arch(key: Key, v: &Expr, errs: &mut Errors) -> Option<Arch> {
     }
 }
 
-fn numerics(v: &Expr, errs: &mut Errors) -> Option<Numerics> {
-    const CHOICES: &str = "`Layer` (what the layer's quant keys say, the default) or `W8A16` \
-                           (weight-only: activations stay 16-bit)";
+/// A value of a closed vocabulary written as an identifier (`numerics = W8A16`,
+/// `kind = Grouped`): `key` and `what` name it in messages, `choices` lists its values.
+fn named<V: Vocabulary>(
+    v: &Expr,
+    errs: &mut Errors,
+    (key, what, choices): (&str, &str, &str),
+) -> Option<V> {
     match path_ident(v) {
         Some(id) => {
-            let n = Numerics::from_ident(id);
-            if n.is_none() {
+            let found = V::of(id);
+            if found.is_none() {
                 let written = id.to_string();
                 errs.spanned(
                     id,
                     format!(
-                        "unknown numerics `{written}`{}; expected {CHOICES}",
-                        hint(&written, Numerics::ALL.iter().map(|n| n.name()))
+                        "unknown {what} `{written}`{}; expected {choices}",
+                        hint(&written, V::VALUES.iter().map(|x| x.word()))
                     ),
                 );
             }
-            n
+            found
         }
         None => {
             errs.spanned(
                 v,
-                format!("`numerics` expects {CHOICES}, found {}", describe(v)),
+                format!("`{key}` expects {choices}, found {}", describe(v)),
             );
             None
         }
     }
+}
+
+fn numerics(v: &Expr, errs: &mut Errors) -> Option<Numerics> {
+    const CHOICES: &str = "`Layer` (what the layer's quant keys say, the default) or `W8A16` \
+                           (weight-only: activations stay 16-bit)";
+    let words = ("numerics", "numerics", CHOICES);
+    named(v, errs, words)
+}
+
+fn kind(v: &Expr, errs: &mut Errors) -> Option<LayerKind> {
+    const CHOICES: &str = "`Linear` (one linear layer, `Fp8Kernel`, the default) or `Grouped` \
+                           (E experts, `Fp8GroupedKernel`)";
+    let words = ("kind", "layer kind", CHOICES);
+    named(v, errs, words)
 }
 
 fn params(v: &Expr, errs: &mut Errors) -> Option<Vec<Ident>> {
@@ -664,7 +685,7 @@ mod tests {
         assert_eq!(
             msgs,
             ["unsupported fp8_kernel argument `priorty` (did you mean `priority`?); expected one \
-              of: platform, priority, arch, params, numerics, backend, force_arch, rows, crate"]
+              of: platform, priority, arch, params, numerics, backend, force_arch, rows, kind, crate"]
         );
         let (_, msgs) = run(quote!(numerics = w8a16));
         assert!(msgs[0].starts_with("unknown numerics `w8a16` (did you mean `W8A16`?);"));
@@ -797,6 +818,16 @@ mod tests {
         assert!(one(quote!(numerics = W8A8))
             .unwrap_err()
             .starts_with("unknown numerics `W8A8`; expected `Layer`"));
+        assert_eq!(
+            one(quote!(kind = Grouped)),
+            Ok(Value::Kind(LayerKind::Grouped))
+        );
+        assert!(one(quote!(kind = grouped)).unwrap_err().starts_with(
+            "unknown layer kind `grouped` (did you mean `Grouped`?); expected `Linear`"
+        ));
+        assert!(one(quote!(kind = 2))
+            .unwrap_err()
+            .starts_with("`kind` expects `Linear`"));
         assert!(one(quote!(numerics = "W8A16"))
             .unwrap_err()
             .ends_with("found a string"));

@@ -8,6 +8,7 @@ use syn::Ident;
 
 use super::attr::{Arch, Cap};
 use super::valid::KernelSpec;
+use crate::vocab::LayerKind;
 
 /// `path::__private`, the module the generated code names everything through.
 pub fn private(krate: &syn::Path) -> TokenStream {
@@ -118,6 +119,27 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
     };
     let names = name_items(&p, name, &syn::Generics::default());
     let construct = constructor(&p, spec);
+    // The trait of the kernel's kind and its constructor variant. A grouped kernel's trait
+    // is named at the user's `kind = Grouped`, so a kernel that does not implement it is
+    // reported there.
+    let (kernel_trait, variant, can_implement, boxed) = match spec.kind.value {
+        LayerKind::Linear => (
+            quote!(#p::Fp8Kernel),
+            quote!(Linear),
+            quote!(<#name as #p::Fp8Kernel>::can_implement),
+            quote!(#p::Box::new(kernel?)),
+        ),
+        LayerKind::Grouped => {
+            let at = spec.kind.span;
+            let kernel_at = Ident::new(&name_str, at);
+            (
+                quote!(#p::Fp8GroupedKernel),
+                quote!(Grouped),
+                quote_spanned!(at=> <#kernel_at as #p::Fp8GroupedKernel>::can_implement),
+                quote_spanned!(at=> #p::boxed_grouped::<#kernel_at>(kernel?)),
+            )
+        }
+    };
 
     quote! {
         #params_const
@@ -139,18 +161,18 @@ pub fn expand(spec: &KernelSpec) -> TokenStream {
                 rows: #rows,
                 params: #param_list,
                 numerics: #numerics,
-                can_implement: <#name as #p::Fp8Kernel>::can_implement,
-                construct: {
+                can_implement: #can_implement,
+                construct: #p::Constructor::#variant({
                     #[doc(hidden)]
                     #[allow(dead_code, non_upper_case_globals, non_camel_case_types, clippy::all, clippy::pedantic)]
                     fn __fp8_construct(
                         ctx: &#p::BuildCtx<'_>,
-                    ) -> ::core::result::Result<#p::Box<dyn #p::Fp8Kernel>, #p::KernelError> {
+                    ) -> ::core::result::Result<#p::Box<dyn #kernel_trait>, #p::KernelError> {
                         #construct
-                        ::core::result::Result::Ok(#p::Box::new(kernel?))
+                        ::core::result::Result::Ok(#boxed)
                     }
                     __fp8_construct
-                },
+                }),
             };
         }
     }
@@ -500,6 +522,25 @@ mod tests {
         assert!(out.contains("force_arch : :: core :: option :: Option :: None"));
         assert!(out.contains("backend : \"cpu\""));
         assert!(!out.contains("LAYER_PARAMS :"));
+        assert!(out.contains("construct : my :: krate :: __private :: Constructor :: Linear"));
+        assert!(
+            out.contains("< MarlinFp8 as my :: krate :: __private :: Fp8Kernel > :: can_implement")
+        );
+    }
+
+    #[test]
+    fn a_grouped_kernel_names_the_grouped_trait() {
+        let out = flat(&expand(&spec(quote!(
+            platform = Cpu,
+            priority = 1,
+            kind = Grouped
+        ))));
+        assert!(out.contains("construct : :: fp8_linear :: __private :: Constructor :: Grouped"));
+        assert!(out.contains(
+            "< MarlinFp8 as :: fp8_linear :: __private :: Fp8GroupedKernel > :: can_implement"
+        ));
+        assert!(out.contains("Box < dyn :: fp8_linear :: __private :: Fp8GroupedKernel >"));
+        assert!(out.contains("boxed_grouped :: < MarlinFp8 > (kernel ?)"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use syn::Ident;
 use super::ast::Key;
 use super::attr::{Arch, Attr, Value};
 use crate::errors::Errors;
-use crate::vocab::{Numerics, Platform, Spanned};
+use crate::vocab::{LayerKind, Numerics, Platform, Spanned};
 
 /// The checked attribute.
 pub struct KernelSpec {
@@ -30,6 +30,9 @@ pub struct KernelSpec {
     pub params: Option<Spanned<Vec<Ident>>>,
     /// Declared numerics, at the user's token.
     pub numerics: Option<Spanned<Numerics>>,
+    /// The kind of layer (default `Linear`), at the user's token (the type's name when not
+    /// written): the trait the kernel implements is checked there.
+    pub kind: Spanned<LayerKind>,
     /// Backend family name.
     pub backend: String,
     /// The rows (M) of a call the kernel serves: (first, last), last None for no bound.
@@ -79,6 +82,7 @@ pub fn validate(attrs: &[Attr], item: &syn::Item, mut errs: Errors) -> syn::Resu
     let mut force_arch: Option<Spanned<Arch>> = None;
     let mut params = None;
     let mut numerics = None;
+    let mut kind = None;
     let mut backend = None;
     let mut rows = None;
     let mut krate = None;
@@ -103,6 +107,7 @@ pub fn validate(attrs: &[Attr], item: &syn::Item, mut errs: Errors) -> syn::Resu
             Some(Value::Arch(x)) => arch = Some(Spanned::new(x, span)),
             Some(Value::Params(p)) => params = Some(Spanned::new(p, span)),
             Some(Value::Numerics(n)) => numerics = Some(Spanned::new(n, span)),
+            Some(Value::Kind(k)) => kind = Some(Spanned::new(k, span)),
             Some(Value::Backend(b)) => backend = Some(b),
             Some(Value::Rows(lo, hi)) => rows = Some((lo, hi)),
             Some(Value::Crate(c)) => krate = Some(c),
@@ -150,6 +155,7 @@ pub fn validate(attrs: &[Attr], item: &syn::Item, mut errs: Errors) -> syn::Resu
         Platform::Cpu => "cpu".to_string(),
         _ => "native".to_string(),
     });
+    let name_span = name.span();
     Ok(KernelSpec {
         name,
         platform,
@@ -158,6 +164,7 @@ pub fn validate(attrs: &[Attr], item: &syn::Item, mut errs: Errors) -> syn::Resu
         force_arch: force_arch.map(|a| a.value),
         params,
         numerics,
+        kind: kind.unwrap_or_else(|| Spanned::new(LayerKind::Linear, name_span)),
         backend,
         rows: rows.unwrap_or((1, None)),
         krate: krate.unwrap_or_else(|| syn::parse_quote!(::fp8_linear)),
@@ -367,7 +374,7 @@ mod tests {
         assert_eq!(
             errors(quote!(platform = Cpu, priorty = 1)),
             ["unsupported fp8_kernel argument `priorty` (did you mean `priority`?); expected one \
-              of: platform, priority, arch, params, numerics, backend, force_arch, rows, crate"]
+              of: platform, priority, arch, params, numerics, backend, force_arch, rows, kind, crate"]
         );
         assert_eq!(
             errors(quote!(platform = Cuda, priority = 1, acrh = sm80)).len(),

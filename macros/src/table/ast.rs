@@ -1,5 +1,6 @@
-//! Parse: `#[attrs] pub NAME: Platform, Family = [Kernel, Kernel => 4, ...];` and
-//! `... = base::TABLE + [...];`, several per invocation, optionally after `crate = path;`.
+//! Parse: `#[attrs] pub NAME: Platform, Family = [Kernel, Kernel => 4, ...];` (grouped
+//! tables: `pub NAME: Platform, Family, Grouped = [...]`) and `... = base::TABLE + [...];`,
+//! several per invocation, optionally after `crate = path;`.
 //!
 //! Each declaration is parsed on its own (the input is split at the top-level `;`), so a
 //! broken declaration is reported without losing the others, and its header (the name, and
@@ -12,7 +13,7 @@ use syn::parse::{Parse, ParseStream, Parser};
 use syn::{bracketed, Attribute, Ident, LitInt, Token, Type, Visibility};
 
 use crate::errors::Errors;
-use crate::vocab::{Family, Platform};
+use crate::vocab::{Family, LayerKind, Platform};
 
 /// The shape of a declaration, for parse errors.
 const SHAPE: &str = "`pub NAME: Platform, Family = [Kernel, Kernel => priority, ...];`";
@@ -30,6 +31,14 @@ fn next_token(input: ParseStream) -> (String, Span) {
 /// An error at the next token (at `prev`, the last token read, when there is none):
 /// `expected` (what should come there), what was found, and the shape of a declaration.
 fn expected(input: ParseStream, expected: &str, prev: Span) -> syn::Error {
+    expected_in(input, expected, prev, SHAPE)
+}
+
+/// The shape of a grouped table's declaration, for errors at its kind.
+const GROUPED_SHAPE: &str = "`pub NAME: Platform, Family, Grouped = [Kernel, ...];`";
+
+/// [`expected`] with the shape `shape` in the message.
+fn expected_in(input: ParseStream, expected: &str, prev: Span, shape: &str) -> syn::Error {
     let (found, span) = next_token(input);
     let (found, span) = if found.is_empty() {
         ("nothing after it".to_string(), prev)
@@ -38,7 +47,7 @@ fn expected(input: ParseStream, expected: &str, prev: Span) -> syn::Error {
     };
     syn::Error::new(
         span,
-        format!("expected {expected}, found {found}; a table is declared as {SHAPE}"),
+        format!("expected {expected}, found {found}; a table is declared as {shape}"),
     )
 }
 
@@ -90,6 +99,8 @@ pub struct RawTable {
     pub platform: Ident,
     /// Family, as written.
     pub family: Ident,
+    /// Kind (`Linear`, `Grouped`), as written; None for linear.
+    pub kind: Option<Ident>,
     /// A table this one extends.
     pub base: Option<syn::Path>,
     /// Kernels listed here.
@@ -121,9 +132,27 @@ impl Parse for RawTable {
             let what = format!("the family ({})", Family::expected());
             expected(input, &what, comma.span)
         })?;
+        let kind = if input.peek(Token![,]) {
+            let comma = input.parse::<Token![,]>()?;
+            let kind: Ident = input.parse().map_err(|_| {
+                let what = format!("the layer kind ({})", LayerKind::expected());
+                expected_in(input, &what, comma.span, GROUPED_SHAPE)
+            })?;
+            Some(kind)
+        } else {
+            None
+        };
         if !input.peek(Token![=]) {
-            let what = format!("`=` and the kernel list after the family `{family}`");
-            return Err(expected(input, &what, family.span()));
+            return Err(match &kind {
+                Some(k) => {
+                    let what = format!("`=` and the kernel list after the kind `{k}`");
+                    expected_in(input, &what, k.span(), GROUPED_SHAPE)
+                }
+                None => {
+                    let what = format!("`=` and the kernel list after the family `{family}`");
+                    expected(input, &what, family.span())
+                }
+            });
         }
         let mut prev = input.parse::<Token![=]>()?.span;
         let base = if input.peek(syn::token::Bracket) {
@@ -178,6 +207,7 @@ impl Parse for RawTable {
             name,
             platform,
             family,
+            kind,
             base,
             items,
         })
@@ -196,6 +226,8 @@ pub struct Header {
     pub platform: Option<Ident>,
     /// The family, when it was written.
     pub family: Option<Ident>,
+    /// The kind, when it was written.
+    pub kind: Option<Ident>,
 }
 
 impl Header {
@@ -206,10 +238,14 @@ impl Header {
         let name = input.parse()?;
         let mut platform = None;
         let mut family = None;
+        let mut kind = None;
         if input.parse::<Option<Token![:]>>()?.is_some() {
             platform = input.parse::<Ident>().ok();
             if platform.is_some() && input.parse::<Option<Token![,]>>()?.is_some() {
                 family = input.parse::<Ident>().ok();
+                if family.is_some() && input.parse::<Option<Token![,]>>()?.is_some() {
+                    kind = input.parse::<Ident>().ok();
+                }
             }
         }
         input.step(|cursor| {
@@ -225,6 +261,7 @@ impl Header {
             name,
             platform,
             family,
+            kind,
         })
     }
 }
@@ -327,6 +364,7 @@ pub fn parse(input: TokenStream, errs: &mut Errors) -> RawTables {
                         name: t.name,
                         platform: Some(t.platform),
                         family: Some(t.family),
+                        kind: t.kind,
                     }));
                 } else {
                     raw.decls.push(Decl::Table(t));

@@ -7,7 +7,7 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 
 use super::valid::{Checked, Placeholder, Table};
-use crate::vocab::{Family, Platform};
+use crate::vocab::{Family, LayerKind, Platform};
 
 /// Generates every table and placeholder.
 pub fn expand(krate: Option<&syn::Path>, checked: &Checked) -> TokenStream {
@@ -62,6 +62,9 @@ fn table(p: &TokenStream, t: &Table) -> TokenStream {
     let family_id = t.family.ident(raw.family.span());
     let platform = quote!(#p::Platform::#platform_id);
     let family = quote!(#p::Family::#family_id);
+    let kind_span = raw.kind.as_ref().map_or_else(Span::call_site, Ident::span);
+    let kind_id = t.kind.ident(kind_span);
+    let kind = quote!(#p::LayerKind::#kind_id);
 
     let entries = t.items().iter().map(|it| {
         let ty = &it.ty;
@@ -81,14 +84,14 @@ fn table(p: &TokenStream, t: &Table) -> TokenStream {
         let end = it.priority.as_ref().map_or(ty_end, |p| p.span());
         check(
             (start, end),
-            quote!(#p::build::entry_problem(#name_str, #platform, __FP8_BASE_NAME, __FP8_BASE, __FP8_EXTRA, #i)),
+            quote!(#p::build::entry_problem(#name_str, (#platform, #kind), __FP8_BASE_NAME, __FP8_BASE, __FP8_EXTRA, #i)),
         )
     });
     let base = match &raw.base {
         Some(b) => {
             let base_check = check(
                 ends(b),
-                quote!(#p::build::base_problem(#name_str, #platform, #family, __FP8_BASE_TABLE)),
+                quote!(#p::build::base_problem(#name_str, (#platform, #kind), #family, __FP8_BASE_TABLE)),
             );
             quote! {
                 const __FP8_BASE_TABLE: &#p::Table = &#b;
@@ -116,6 +119,7 @@ fn table(p: &TokenStream, t: &Table) -> TokenStream {
                 name: #name_str,
                 platform: #platform,
                 family: #family,
+                kind: #kind,
                 entries: &__FP8_SORTED,
             }
         };
@@ -131,18 +135,21 @@ fn placeholder(p: &TokenStream, ph: &Placeholder) -> TokenStream {
         name,
         platform,
         family,
+        kind,
     } = ph;
     let name_str = name.to_string();
     let platform = platform.unwrap_or(Platform::Cpu).ident(Span::call_site());
     let family = family
         .unwrap_or(Family::BlockScaled)
         .ident(Span::call_site());
+    let kind = kind.unwrap_or(LayerKind::Linear).ident(Span::call_site());
     quote! {
         #(#attrs)*
         #vis const #name: #p::Table = #p::Table {
             name: #name_str,
             platform: #p::Platform::#platform,
             family: #p::Family::#family,
+            kind: #p::LayerKind::#kind,
             entries: &[],
         };
     }
@@ -168,12 +175,14 @@ mod tests {
         let out = expand_str(quote!(pub T: Cpu, BlockScaled = [A, B => 2u8, C];));
         assert_eq!(out.matches("build :: entry_problem").count(), 3);
         assert!(out.contains(
-            "build :: entry_problem (\"T\" , :: fp8_linear :: __private :: Platform :: Cpu , __FP8_BASE_NAME , __FP8_BASE , __FP8_EXTRA , 1usize)"
+            "build :: entry_problem (\"T\" , (:: fp8_linear :: __private :: Platform :: Cpu , :: fp8_linear :: __private :: LayerKind :: Linear) , __FP8_BASE_NAME , __FP8_BASE , __FP8_EXTRA , 1usize)"
         ));
         assert!(out.contains(
             "< B as :: fp8_linear :: __private :: Registered > :: ENTRY . with_priority (2)"
         ));
         assert!(!out.contains("base_problem"));
+        let out = expand_str(quote!(pub G: Cpu, BlockScaled, Grouped = [A];));
+        assert!(out.contains("kind : :: fp8_linear :: __private :: LayerKind :: Grouped"));
         assert!(out
             .contains("const __FP8_BASE : & [:: fp8_linear :: __private :: KernelEntry] = & [] ;"));
     }
@@ -182,7 +191,7 @@ mod tests {
     fn a_base_is_checked_too() {
         let out = expand_str(quote!(crate = my; pub T: Cuda, Scaled = their::BASE + [A];));
         assert!(out.contains(
-            "build :: base_problem (\"T\" , my :: __private :: Platform :: Cuda , my :: __private :: Family :: Scaled , __FP8_BASE_TABLE)"
+            "build :: base_problem (\"T\" , (my :: __private :: Platform :: Cuda , my :: __private :: LayerKind :: Linear) , my :: __private :: Family :: Scaled , __FP8_BASE_TABLE)"
         ));
         assert!(
             out.contains("const __FP8_BASE_TABLE : & my :: __private :: Table = & their :: BASE ;")
@@ -197,7 +206,7 @@ mod tests {
             pub(crate) B: Cpu, = [X];
         });
         assert!(out.contains(
-            "pub const A : :: fp8_linear :: __private :: Table = :: fp8_linear :: __private :: Table { name : \"A\" , platform : :: fp8_linear :: __private :: Platform :: Cuda , family : :: fp8_linear :: __private :: Family :: BlockScaled , entries : & [] , } ;"
+            "pub const A : :: fp8_linear :: __private :: Table = :: fp8_linear :: __private :: Table { name : \"A\" , platform : :: fp8_linear :: __private :: Platform :: Cuda , family : :: fp8_linear :: __private :: Family :: BlockScaled , kind : :: fp8_linear :: __private :: LayerKind :: Linear , entries : & [] , } ;"
         ));
         assert!(out.contains("pub (crate) const B"));
         assert!(out.contains("Docs stay."));

@@ -8,7 +8,7 @@ use syn::{Attribute, Ident, Visibility};
 
 use super::ast::{Decl, Header, RawItem, RawTable, RawTables};
 use crate::errors::Errors;
-use crate::vocab::{Family, Platform};
+use crate::vocab::{Family, LayerKind, Platform};
 
 /// A checked table declaration.
 pub struct Table<'a> {
@@ -18,6 +18,8 @@ pub struct Table<'a> {
     pub platform: Platform,
     /// Its family.
     pub family: Family,
+    /// Its kind (linear unless written).
+    pub kind: LayerKind,
 }
 
 impl Table<'_> {
@@ -39,6 +41,8 @@ pub struct Placeholder<'a> {
     pub platform: Option<Platform>,
     /// The family, when it was valid.
     pub family: Option<Family>,
+    /// The kind, when it was valid (linear when not written).
+    pub kind: Option<LayerKind>,
 }
 
 /// What to generate: the valid tables and a placeholder for each other one.
@@ -55,6 +59,18 @@ fn platform(id: &Ident, errs: &mut Errors) -> Option<Platform> {
         errs.spanned(id, Platform::unknown(id));
     }
     p
+}
+
+/// The kind written (linear when none is).
+fn kind(id: Option<&Ident>, errs: &mut Errors) -> Option<LayerKind> {
+    let Some(id) = id else {
+        return Some(LayerKind::Linear);
+    };
+    let k = LayerKind::from_ident(id);
+    if k.is_none() {
+        errs.spanned(id, LayerKind::unknown(id));
+    }
+    k
 }
 
 fn family(id: &Ident, errs: &mut Errors) -> Option<Family> {
@@ -103,6 +119,7 @@ pub fn validate<'a>(raw: &'a RawTables, errs: &mut Errors) -> Checked<'a> {
                 name,
                 platform: p,
                 family: f,
+                kind: k,
             }) => {
                 // The parse error is recorded; the names are checked only for the placeholder.
                 let mut quiet = Errors::default();
@@ -112,20 +129,23 @@ pub fn validate<'a>(raw: &'a RawTables, errs: &mut Errors) -> Checked<'a> {
                     name,
                     platform: p.as_ref().and_then(|p| platform(p, &mut quiet)),
                     family: f.as_ref().and_then(|f| family(f, &mut quiet)),
+                    kind: kind(k.as_ref(), &mut quiet),
                 });
             }
             Decl::Table(t) => {
                 let mut local = Errors::default();
                 let p = platform(&t.platform, &mut local);
                 let f = family(&t.family, &mut local);
+                let k = kind(t.kind.as_ref(), &mut local);
                 items(t, &mut local);
-                match (local.finish(), p, f) {
-                    (Ok(()), Some(platform), Some(family)) => out.tables.push(Table {
+                match (local.finish(), p, f, k) {
+                    (Ok(()), Some(platform), Some(family), Some(kind)) => out.tables.push(Table {
                         raw: t,
                         platform,
                         family,
+                        kind,
                     }),
-                    (result, platform, family) => {
+                    (result, platform, family, kind) => {
                         if let Err(e) = result {
                             errs.push(e);
                         }
@@ -135,6 +155,7 @@ pub fn validate<'a>(raw: &'a RawTables, errs: &mut Errors) -> Checked<'a> {
                             name: &t.name,
                             platform,
                             family,
+                            kind,
                         });
                     }
                 }
