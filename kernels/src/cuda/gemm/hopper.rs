@@ -4,7 +4,7 @@
 //! scales into shared memory (cp.async, arriving on the stage's barrier); math warpgroups
 //! issuing wgmma m64nNk32 e4m3 from 128B-swizzled descriptors, with per-block promotion
 //! into f32 with the 1xC activation and RxC weight scales (R 32, 64 or 128, C 32, 64 or 128;
-//! f32 or ue8m0); a stage goes back to the producer before its promotion. Persistent tile
+//! f32 or ue8m0); a stage goes back to the producer after its promotions. Persistent tile
 //! scheduling over tiles of 64, 128, 192 or 256 rows x 16 to 144 columns, both chosen per
 //! call by [`plan_tile`] so the tiles fill the GPU; the tiles of at most 128 rows and
 //! columns keep two accumulator sets, so one scale block's MMAs run while the previous one
