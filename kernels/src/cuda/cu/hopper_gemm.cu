@@ -7,8 +7,8 @@
 // (scale blocks SBN x SBK: SBN 32, 64 or 128 along N, SBK 32, 64 or 128 along K); a stage
 // goes back to the producer after its last promotion (released as soon as its last MMAs were
 // done, the 256-row tile measured 5 % slower on the H200). The 64- and 128-row tiles of up
-// to 128 columns keep two
-// accumulator sets, so a scale block's MMAs run while the previous block is promoted. Tiles
+// to 128 columns keep two accumulator sets, so a scale block's MMAs run while the previous
+// block is promoted. Tiles
 // are BM x BN with BM = 64 x NWG x WAVES (64, 128, 192 or 256 rows) and BN 16 to 144
 // columns; the host picks both per call. Persistent: a grid of at most one CTA per SM walks
 // the (tile, K split) work units. Launched overlapped with the activation quantization
