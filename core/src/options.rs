@@ -124,8 +124,9 @@ pub struct KernelOptions {
     /// Column width of the output tiles for kernels that choose one per call (the Hopper
     /// kernel: 16, 32, 64 or 128, and 96, 112 or 144 over 128-row weight blocks); None lets
     /// the kernel choose by shape. A kernel that cannot use the width refuses to build,
-    /// naming the widths it has; a width its chosen (or fixed) height lacks falls back to
-    /// the nearest it has.
+    /// naming the widths it has; with a fixed height that lacks the width (the Hopper
+    /// kernel's 192 and 256 rows have 128 columns only), the height's own widths are chosen
+    /// from as usual.
     pub tile_cols: Option<u16>,
     /// CTAs per thread-block cluster for kernels that share a tile across one (the Hopper
     /// kernel: 2 loads each weight tile once for two vertically adjacent output tiles and

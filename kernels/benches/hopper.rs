@@ -306,7 +306,7 @@ fn sweep(
     quantized: &BTreeMap<usize, Quantized>,
     (n, k): (usize, usize),
 ) {
-    const TILES: [(u16, u16); 15] = [
+    const TILES: [(u16, u16); 14] = [
         (64, 16),
         (64, 32),
         (64, 64),
@@ -321,15 +321,10 @@ fn sweep(
         (128, 144),
         (192, 128),
         (256, 128),
-        (256, 128),
     ];
     let max_m = quantized.keys().copied().max().unwrap_or(1);
     let mut out = DeviceBuffer::<bf16>::zeros(gpu, max_m * n).expect("alloc out");
-    let mut seen = std::collections::BTreeSet::new();
     for (rows, cols) in TILES {
-        if !seen.insert((rows, cols)) {
-            continue;
-        }
         for cap in [1u16, 16] {
             if cap > 1 && rows > 128 {
                 continue;

@@ -660,16 +660,11 @@ impl State {
             .map(|v| (v.bm, v.bn))
             .collect();
         if tiles.is_empty() {
-            // A fixed height without the fixed width (or the reverse): the other dimension
-            // chosen as usual.
+            // A fixed width the fixed height lacks: the height's own widths, chosen as usual.
             tiles = self
                 .variants
                 .iter()
-                .filter(|v| {
-                    v.cluster == 1
-                        && (tile_rows.is_none_or(|r| v.bm == r)
-                            || tile_cols.is_none_or(|w| v.bn == w))
-                })
+                .filter(|v| v.cluster == 1 && tile_rows.is_none_or(|r| v.bm == r))
                 .map(|v| (v.bm, v.bn))
                 .collect();
         }
