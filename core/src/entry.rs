@@ -79,6 +79,15 @@ impl KernelEntry {
         self
     }
 
+    /// The same entry for fewer rows (`fp8_table!`'s `Kernel { rows = 2..=64 }`: a table
+    /// may list a kernel first for the rows where it is fastest and again, lower, for the
+    /// rest). `rows` must lie inside the kernel's own; the table's compile-time check
+    /// refuses any other.
+    pub const fn with_rows(mut self, rows: RowRange) -> Self {
+        self.rows = rows;
+        self
+    }
+
     /// The kind of layer the kernel computes (linear or grouped).
     pub const fn kind(&self) -> LayerKind {
         self.construct.kind()

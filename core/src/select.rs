@@ -293,8 +293,9 @@ impl Table {
         }
         if let Some(t) = tuned.filter(|_| ov.force.is_none()) {
             if let Some(w) = t.file.winner(t.device_key, config, m) {
-                if let Some(e) = self.entries.iter().find(|e| e.name == w.kernel) {
-                    if e.rows.contains(m) && judge(e, device, config, ov).is_ok() {
+                let listing = |e: &&KernelEntry| e.name == w.kernel && e.rows.contains(m);
+                if let Some(e) = self.entries.iter().find(listing) {
+                    if judge(e, device, config, ov).is_ok() {
                         return Some((e, Choice::Tuned));
                     }
                 }
@@ -407,9 +408,12 @@ impl Table {
         let table = self;
         let result = table.plan_with(device, config, tuned, ov);
         let in_plan = |e: &KernelEntry| {
-            result
-                .as_ref()
-                .is_ok_and(|p| p.ranges.iter().any(|r| r.entry.name == e.name))
+            result.as_ref().is_ok_and(|p| {
+                // The listing itself (a kernel may be listed for several row ranges).
+                p.ranges
+                    .iter()
+                    .any(|r| r.entry.name == e.name && r.entry.rows == e.rows)
+            })
         };
         let candidates = table
             .entries

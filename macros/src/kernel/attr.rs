@@ -242,7 +242,7 @@ fn platform(v: &Expr, errs: &mut Errors) -> Option<Platform> {
 /// `rows = A..=B`, `A..B` or `A..`, integers: (A, the last row or None). Refused: not a
 /// range, a bound that is not an integer, a missing lower bound, A = 0 (a call has at least
 /// one row), and an empty or inverted range, each at the user's tokens.
-fn rows(v: &Expr, errs: &mut Errors) -> Option<(u64, Option<u64>)> {
+pub(crate) fn rows(v: &Expr, errs: &mut Errors) -> Option<(u64, Option<u64>)> {
     const FORM: &str = "write `rows = 1..=16` (rows 1 to 16), `rows = 17..` (17 and more) or \
                         `rows = 1..17` (1 to 16)";
     let Expr::Range(ExprRange {

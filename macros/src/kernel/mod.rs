@@ -2,7 +2,7 @@
 //! rules ([`valid`]) -> generate ([`expand`]).
 
 mod ast;
-mod attr;
+pub(crate) mod attr;
 mod expand;
 mod valid;
 

@@ -51,12 +51,81 @@ fn expected_in(input: ParseStream, expected: &str, prev: Span, shape: &str) -> s
     )
 }
 
-/// One kernel in a table: a type and an optional priority override.
+/// One kernel in a table: a type, an optional row window and an optional priority
+/// override.
 pub struct RawItem {
     /// The kernel type.
     pub ty: Type,
+    /// `{ rows = A..=B }`: the rows this listing serves (inside the kernel's own).
+    pub rows: Option<RawRows>,
     /// `=> N`, overriding the declared priority in this table.
     pub priority: Option<LitInt>,
+}
+
+/// `{ rows = A..=B }` after a kernel in a table.
+pub struct RawRows {
+    /// The braces (for errors about the whole window).
+    pub braces: Span,
+    /// The range, as written (checked by `valid`).
+    pub value: syn::Expr,
+}
+
+/// The shape of a row window, for errors in it.
+const ROWS_SHAPE: &str = "a kernel is listed for some rows as `Kernel { rows = 2..=64 }`";
+
+impl Parse for RawRows {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let content;
+        let braces = syn::braced!(content in input).span.join();
+        let (found, span) = next_token(&content);
+        let key: Ident = content.parse().map_err(|_| {
+            let found = if found.is_empty() {
+                "nothing".to_string()
+            } else {
+                format!("`{found}`")
+            };
+            let at = if found == "nothing" { braces } else { span };
+            let what = "`rows =` and the rows this listing serves";
+            syn::Error::new(at, format!("expected {what}, found {found}; {ROWS_SHAPE}"))
+        })?;
+        if key != "rows" {
+            return Err(syn::Error::new(
+                key.span(),
+                format!(
+                    "unknown option `{key}` for a kernel in a table; the only one is `rows` \
+                     (the rows this listing serves): {ROWS_SHAPE}"
+                ),
+            ));
+        }
+        if !content.peek(Token![=]) {
+            let (found, span) = next_token(&content);
+            let (found, span) = if found.is_empty() {
+                ("nothing".to_string(), key.span())
+            } else {
+                (format!("`{found}`"), span)
+            };
+            return Err(syn::Error::new(
+                span,
+                format!("expected `=` after `rows`, found {found}; {ROWS_SHAPE}"),
+            ));
+        }
+        let eq = content.parse::<Token![=]>()?;
+        if content.is_empty() {
+            return Err(syn::Error::new(
+                eq.span,
+                format!("expected a range of rows after `rows =`; {ROWS_SHAPE}"),
+            ));
+        }
+        let value: syn::Expr = content.parse()?;
+        if !content.is_empty() {
+            let (found, span) = next_token(&content);
+            return Err(syn::Error::new(
+                span,
+                format!("expected `}}` after the rows, found `{found}`; {ROWS_SHAPE}"),
+            ));
+        }
+        Ok(RawRows { braces, value })
+    }
 }
 
 impl Parse for RawItem {
@@ -68,6 +137,11 @@ impl Parse for RawItem {
                 format!("expected a kernel type (a type with #[fp8_kernel]), found `{found}`"),
             )
         })?;
+        let rows = if input.peek(syn::token::Brace) {
+            Some(input.parse::<RawRows>()?)
+        } else {
+            None
+        };
         let priority = if input.peek(Token![=>]) {
             input.parse::<Token![=>]>()?;
             if !input.peek(LitInt) {
@@ -83,7 +157,7 @@ impl Parse for RawItem {
         } else {
             None
         };
-        Ok(RawItem { ty, priority })
+        Ok(RawItem { ty, rows, priority })
     }
 }
 
@@ -427,6 +501,52 @@ mod tests {
             panic!()
         };
         assert!(b.base.is_some());
+    }
+
+    #[test]
+    fn a_kernel_may_carry_a_row_window() {
+        let (raw, msgs) = run(quote! {
+            pub A: Cuda, BlockScaled = [H { rows = 2..=64 } => 2, L => 3, H => 4];
+        });
+        assert!(msgs.is_empty(), "{msgs:?}");
+        let Decl::Table(a) = &raw.decls[0] else {
+            panic!()
+        };
+        let windows: Vec<bool> = a.items.iter().map(|i| i.rows.is_some()).collect();
+        assert_eq!(windows, [true, false, false]);
+        let w = a.items[0].rows.as_ref().unwrap();
+        assert_eq!(w.value.to_token_stream().to_string(), "2 ..= 64");
+        assert!(a.items.iter().all(|i| i.priority.is_some()));
+        let err = |t: TokenStream| {
+            let (_, msgs) = run(t);
+            assert_eq!(msgs.len(), 1, "{msgs:?}");
+            msgs[0].clone()
+        };
+        let e = err(quote!(pub A: Cpu, Scaled = [H { tile = 2 }];));
+        assert!(
+            e.starts_with("unknown option `tile` for a kernel in a table"),
+            "{e}"
+        );
+        let e = err(quote!(pub A: Cpu, Scaled = [H {}];));
+        assert!(
+            e.starts_with("expected `rows =` and the rows this listing serves, found nothing"),
+            "{e}"
+        );
+        let e = err(quote!(pub A: Cpu, Scaled = [H { rows }];));
+        assert!(
+            e.starts_with("expected `=` after `rows`, found nothing"),
+            "{e}"
+        );
+        let e = err(quote!(pub A: Cpu, Scaled = [H { rows = }];));
+        assert!(
+            e.starts_with("expected a range of rows after `rows =`"),
+            "{e}"
+        );
+        let e = err(quote!(pub A: Cpu, Scaled = [H { rows = 1.., x }];));
+        assert!(
+            e.starts_with("expected `}` after the rows, found `,`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 
-use super::valid::{Checked, Placeholder, Table};
+use super::valid::{Checked, Placeholder, Table, Window};
 use crate::vocab::{Family, LayerKind, Platform};
 
 /// Generates every table and placeholder.
@@ -66,9 +66,24 @@ fn table(p: &TokenStream, t: &Table) -> TokenStream {
     let kind_id = t.kind.ident(kind_span);
     let kind = quote!(#p::LayerKind::#kind_id);
 
-    let entries = t.items().iter().map(|it| {
+    // `Kernel { rows = A..=B }`: the listing's rows, as a `RowRange` expression.
+    let window = |w: &Option<Window>| {
+        w.map(|(first, last)| {
+            let first = first as usize;
+            let last = match last {
+                Some(l) => quote!(#l as usize),
+                None => quote!(usize::MAX),
+            };
+            quote!(#p::RowRange::new(#first, #last))
+        })
+    };
+    let entries = t.items().iter().zip(&t.rows).map(|(it, w)| {
         let ty = &it.ty;
-        let entry = quote_spanned!(ty.span()=> <#ty as #p::Registered>::ENTRY);
+        let declared = quote_spanned!(ty.span()=> <#ty as #p::Registered>::ENTRY);
+        let entry = match window(w) {
+            Some(rows) => quote!(#declared.with_rows(#rows)),
+            None => declared,
+        };
         match &it.priority {
             // The value `valid` checked, unsuffixed (`K => 3u8` is 3 too), at the literal.
             Some(pr) => {
@@ -86,6 +101,15 @@ fn table(p: &TokenStream, t: &Table) -> TokenStream {
             (start, end),
             quote!(#p::build::entry_problem(#name_str, (#platform, #kind), __FP8_BASE_NAME, __FP8_BASE, __FP8_EXTRA, #i)),
         )
+    });
+    // Each window inside the rows its kernel serves, checked at the window's braces.
+    let rows_checks = t.items().iter().zip(&t.rows).filter_map(|(it, w)| {
+        let (rows, braces) = (window(w)?, it.rows.as_ref()?.braces);
+        let ty = &it.ty;
+        Some(check(
+            (braces, braces),
+            quote!(#p::build::rows_problem(#name_str, &<#ty as #p::Registered>::ENTRY, #rows)),
+        ))
     });
     let base = match &raw.base {
         Some(b) => {
@@ -113,6 +137,7 @@ fn table(p: &TokenStream, t: &Table) -> TokenStream {
             #base
             const __FP8_EXTRA: &[#p::KernelEntry] = &[#(#entries),*];
             #(#entry_checks)*
+            #(#rows_checks)*
             const __FP8_N: usize = __FP8_BASE.len() + __FP8_EXTRA.len();
             const __FP8_SORTED: [#p::KernelEntry; __FP8_N] = #p::build::sort(#p::build::concat::<__FP8_N>(__FP8_BASE, __FP8_EXTRA));
             #p::Table {
@@ -185,6 +210,21 @@ mod tests {
         assert!(out.contains("kind : :: fp8_linear :: __private :: LayerKind :: Grouped"));
         assert!(out
             .contains("const __FP8_BASE : & [:: fp8_linear :: __private :: KernelEntry] = & [] ;"));
+    }
+
+    #[test]
+    fn a_row_window_narrows_the_entry_and_is_checked() {
+        let out =
+            expand_str(quote!(pub T: Cuda, BlockScaled = [H { rows = 2..=64 } => 2, H => 4];));
+        assert!(out.contains(
+            "< H as :: fp8_linear :: __private :: Registered > :: ENTRY . with_rows (:: fp8_linear :: __private :: RowRange :: new (2usize , 64u64 as usize)) . with_priority (2)"
+        ));
+        assert_eq!(out.matches("build :: rows_problem").count(), 1);
+        let out = expand_str(quote!(pub T: Cpu, BlockScaled = [H { rows = 17.. } => 1, H => 2];));
+        assert!(
+            out.contains("RowRange :: new (17usize , usize :: MAX)"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use syn::{Attribute, Ident, Visibility};
 
 use super::ast::{Decl, Header, RawItem, RawTable, RawTables};
 use crate::errors::Errors;
+use crate::kernel::attr::rows;
 use crate::vocab::{Family, LayerKind, Platform};
 
 /// A checked table declaration.
@@ -20,7 +21,13 @@ pub struct Table<'a> {
     pub family: Family,
     /// Its kind (linear unless written).
     pub kind: LayerKind,
+    /// Each listed kernel's row window (`Kernel { rows = A..=B }`: first row, last row or
+    /// None), None for a kernel listed for all its rows; parallel to [`Table::items`].
+    pub rows: Vec<Option<Window>>,
 }
+
+/// A listing's rows: the first and the last (None: no upper bound).
+pub type Window = (u64, Option<u64>);
 
 impl Table<'_> {
     /// The kernels listed in the declaration.
@@ -137,13 +144,14 @@ pub fn validate<'a>(raw: &'a RawTables, errs: &mut Errors) -> Checked<'a> {
                 let p = platform(&t.platform, &mut local);
                 let f = family(&t.family, &mut local);
                 let k = kind(t.kind.as_ref(), &mut local);
-                items(t, &mut local);
+                let rows = items(t, &mut local);
                 match (local.finish(), p, f, k) {
                     (Ok(()), Some(platform), Some(family), Some(kind)) => out.tables.push(Table {
                         raw: t,
                         platform,
                         family,
                         kind,
+                        rows,
                     }),
                     (result, platform, family, kind) => {
                         if let Err(e) = result {
@@ -166,17 +174,34 @@ pub fn validate<'a>(raw: &'a RawTables, errs: &mut Errors) -> Checked<'a> {
 }
 
 /// A type listed twice, a priority override of 0 or above u16.
-fn items(t: &RawTable, errs: &mut Errors) {
-    let mut seen: Vec<String> = Vec::new();
+/// The listed kernels' priorities and row windows (returned, parallel to the items); a
+/// kernel listed twice for the same rows (twice without a window, say) is an error.
+fn items(t: &RawTable, errs: &mut Errors) -> Vec<Option<Window>> {
+    let mut seen: Vec<(String, Option<Window>)> = Vec::new();
+    let mut windows = Vec::new();
     for item in &t.items {
         let key = type_name(&item.ty);
-        if seen.contains(&key) {
+        let window = item.rows.as_ref().and_then(|r| rows(&r.value, errs));
+        if item.rows.is_some() && window.is_none() {
+            // Reported by `rows`; no duplicate check against a window that did not parse.
+            windows.push(None);
+            continue;
+        }
+        if seen.contains(&(key.clone(), window)) {
+            let again = match window {
+                None => format!("list it again only for other rows (`{key} {{ rows = 2..=64 }}`)"),
+                Some(_) => "a kernel is listed again only for other rows".to_string(),
+            };
             errs.spanned(
                 &item.ty,
-                format!("kernel `{key}` is listed twice in `{}`", t.name),
+                format!(
+                    "kernel `{key}` is listed twice in `{}` for the same rows; {again}",
+                    t.name
+                ),
             );
         }
-        seen.push(key);
+        seen.push((key, window));
+        windows.push(window);
         if let Some(p) = &item.priority {
             match p.base10_parse::<u16>() {
                 Ok(0) => errs.spanned(p, "priorities start at 1 (1 is tried first)"),
@@ -185,6 +210,7 @@ fn items(t: &RawTable, errs: &mut Errors) {
             }
         }
     }
+    windows
 }
 
 #[cfg(test)]
@@ -244,10 +270,41 @@ mod tests {
             [
                 "unknown family `Blocky`; expected one of: BlockScaled, Scaled, WeightOnly",
                 "unknown platform `Metal`; expected one of: Cuda, Rocm, Cpu, Xpu, Tpu",
-                "kernel `a::X` is listed twice in `C`",
+                "kernel `a::X` is listed twice in `C` for the same rows; list it again only for \
+                 other rows (`a::X { rows = 2..=64 }`)",
                 "priorities start at 1 (1 is tried first)",
                 "priority must fit in a u16 (1..=65535)",
             ]
+        );
+    }
+
+    #[test]
+    fn a_kernel_is_listed_again_only_for_other_rows() {
+        let (ok, ph, msgs) = run(quote! {
+            pub A: Cuda, BlockScaled = [H { rows = 2..=64 } => 2, L => 3, H => 4];
+            pub B: Cuda, BlockScaled = [H { rows = 2..=64 } => 2, H { rows = 2..65 } => 4];
+            pub C: Cuda, BlockScaled = [H { rows = 0..=4 } => 2, H => 4];
+        });
+        assert_eq!(ok, ["A"]);
+        assert_eq!(ph, ["B", "C"]);
+        assert_eq!(
+            msgs,
+            [
+                "kernel `H` is listed twice in `B` for the same rows; a kernel is listed again \
+                 only for other rows",
+                "`rows` starts at 1: a call has at least one row",
+            ]
+        );
+        let mut errs = Errors::default();
+        let raw = ast::parse(
+            quote!(pub A: Cuda, BlockScaled = [H { rows = 2..=64 }, L, H { rows = 65.. }];),
+            &mut errs,
+        );
+        let checked = validate(&raw, &mut errs);
+        assert!(errs.finish().is_ok());
+        assert_eq!(
+            checked.tables[0].rows,
+            [Some((2, Some(64))), None, Some((65, None))]
         );
     }
 
