@@ -63,20 +63,23 @@ fn explain_a100_block_layer_gives_every_candidate_a_verdict() {
     assert!(t.contains("chosen: MarlinFp8"), "{t}");
 }
 
-/// The H200 plan per M (`-m LIST`): the decode kernel at M = 1, cuBLASLt block-scaled
-/// above; with cuBLASLt disabled, no M runs it.
+/// The H200 plan per M (`-m LIST`): the decode kernel at M = 1, our Hopper kernel at
+/// M = 2..=64 (its windowed listing), cuBLASLt block-scaled above; with cuBLASLt disabled,
+/// no M runs it.
 #[cfg(feature = "cuda")]
 #[test]
 fn explain_h200_prints_a_kernel_per_m_and_disable_acts_on_every_range() {
-    let args = ["explain", "--device", "h200", "-m", "1,16,4096"];
+    let args = ["explain", "--device", "h200", "-m", "1,16,64,65,4096"];
     let o = bin(&args, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let t = text(&o);
     for line in [
         "M = 1: DecodeBlockFp8",
-        "M = 16: CublasLtBlockFp8",
+        "M = 16: HopperBlockFp8",
+        "M = 64: HopperBlockFp8",
+        "M = 65: CublasLtBlockFp8",
         "M = 4096: CublasLtBlockFp8",
-        "chosen: DecodeBlockFp8 (M = 1), CublasLtBlockFp8 (M = 2..)",
+        "chosen: DecodeBlockFp8 (M = 1), HopperBlockFp8 (M = 2..=64), CublasLtBlockFp8 (M = 65..)",
     ] {
         assert!(t.contains(line), "{line:?} missing:\n{t}");
     }
@@ -91,12 +94,15 @@ fn explain_h200_prints_a_kernel_per_m_and_disable_acts_on_every_range() {
         per_m,
         [
             (1, "DecodeBlockFp8"),
-            (16, "CublasLtBlockFp8"),
+            (16, "HopperBlockFp8"),
+            (64, "HopperBlockFp8"),
+            (65, "CublasLtBlockFp8"),
             (4096, "CublasLtBlockFp8")
         ]
     );
     assert_eq!(v["plan"][0]["last"], 1, "{v:#}");
-    assert_eq!(v["plan"][1]["last"], serde_json::Value::Null, "{v:#}");
+    assert_eq!(v["plan"][1]["last"], 64, "{v:#}");
+    assert_eq!(v["plan"][2]["last"], serde_json::Value::Null, "{v:#}");
     let disabled = [&args[..], &["--disable", "CublasLtBlockFp8"]].concat();
     let t = text(&bin(&disabled, &[]));
     assert!(!t.contains("M = 16: CublasLtBlockFp8"), "{t}");

@@ -39,20 +39,27 @@ pub static GROUPED: Registry = Registry::grouped(&[
 
 // CUDA tables, fastest first, as measured on an H200 (docs/perf-log.md): the decode kernel
 // first for the rows it serves (M = 1, where it beats cuBLASLt block-scaled on every layer
-// measured; a layer's plan gives larger M to the next kernel below that takes the layer,
-// whose device copy of the weights it reads); then cuBLASLt
-// block-scaled, which beats our Hopper kernel on most shapes today (0.6-1.2x at M <= 128,
-// 0.6-0.8x at M >= 512), and the Hopper kernel for what cuBLASLt cannot (f16/f32 output, bias).
-// `fp8-linear autotune` records per-shape winners that override this order where measured.
+// measured); our Hopper kernel next for M = 2..=64, where it measured 1.04-1.33x cuBLASLt
+// block-scaled end to end at M = 16 and 64 on all six DeepSeek-V3 shapes; cuBLASLt
+// block-scaled for larger M (our Hopper kernel is 0.8-1.2x of it at M = 128 and 0.5-0.9x
+// above); the Hopper kernel again for what cuBLASLt cannot (f16/f32 output, bias, blocks
+// other than 128x128). The decode and Hopper kernels read cuBLASLt's copy of the weights
+// when it is in the plan, so a layer holds them once. `fp8-linear autotune` records
+// per-shape winners that override this order where measured.
 #[cfg(feature = "cuda")]
 fp8_table! {
-    /// Block-scaled W8A8 on CUDA GPUs: the decode kernel (sm_90; serves M = 1, larger M go
-    /// to the next of these in a layer's plan), cuBLASLt block-scaled (sm_90, bf16 output), our Hopper wgmma + TMA
-    /// kernel (sm_90a), then Marlin W8A16 (sm_80..sm_89: the A100 /
-    /// RTX 30xx path, weight-only with 16-bit activations), then the portable mma.sync
-    /// kernel (sm_89+).
+    /// Block-scaled W8A8 on CUDA GPUs: the decode kernel (sm_90; serves M = 1), our Hopper
+    /// wgmma + TMA kernel for M = 2..=64 (sm_90a), cuBLASLt block-scaled (sm_90, bf16
+    /// output), the Hopper kernel for every M cuBLASLt cannot take, then Marlin W8A16
+    /// (sm_80..sm_89: the A100 / RTX 30xx path, weight-only with 16-bit activations), then
+    /// the portable mma.sync kernel (sm_89+).
     pub CUDA_BLOCK: Cuda, BlockScaled = [
-        DecodeBlockFp8 => 1, CublasLtBlockFp8 => 2, HopperBlockFp8 => 3, MarlinFp8, PortableBlockFp8
+        DecodeBlockFp8 => 1,
+        HopperBlockFp8 { rows = 2..=64 } => 2,
+        CublasLtBlockFp8 => 3,
+        HopperBlockFp8 => 4,
+        MarlinFp8 => 5,
+        PortableBlockFp8 => 6,
     ];
     /// Per-tensor / per-token / per-channel W8A8 on CUDA GPUs: Marlin W8A16 (sm_80..sm_89,
     /// weight-only), cuBLASLt per-tensor (sm_89+), then cuBLASLt outer-vector (sm_90+).

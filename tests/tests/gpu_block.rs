@@ -26,9 +26,10 @@ fn cublaslt_block_is_selected_exactly_on_sm90() {
         return;
     };
     let cap = gpu.capability();
-    // The kernel declares sm_90 exactly: first in the block table there after the decode
-    // kernel (for a layer it takes: N and K multiples of 16, bf16 output), never selected
-    // elsewhere. The decode kernel (also sm_90 exactly) serves M = 1, cuBLASLt the rest.
+    // The kernel declares sm_90 exactly: in the block table there after the decode kernel
+    // and the Hopper kernel's listing for M = 2..=64 (for a layer it takes: N and K
+    // multiples of 16, bf16 output), never selected elsewhere. The decode kernel (also sm_90
+    // exactly) serves M = 1, the Hopper kernel M = 2..=64, cuBLASLt the rest.
     let cfg = LayerConfig::block_128(256, 384, DType::Bf16, DType::Bf16);
     assert!(CublasLtBlockFp8::can_implement(&cfg).is_ok());
     let no_decode = Overrides {
@@ -38,10 +39,17 @@ fn cublaslt_block_is_selected_exactly_on_sm90() {
     let chosen = fp8_linear::tables::BUILTIN
         .select(gpu.device(), &cfg, &no_decode)
         .map(|s| s.entry.name);
-    let prefill = fp8_linear::tables::BUILTIN
-        .select_m(gpu.device(), &cfg, 2, &Overrides::none())
-        .ok()
-        .map(|s| s.entry.name);
+    let at = |m: usize| {
+        fp8_linear::tables::BUILTIN
+            .select_m(gpu.device(), &cfg, m, &Overrides::none())
+            .ok()
+            .map(|s| s.entry.name)
+    };
+    let prefill = at(65);
+    if (cap.major, cap.minor) == (9, 0) {
+        assert_eq!(at(2), Some("HopperBlockFp8"), "M = 2 on {cap}");
+        assert_eq!(at(64), Some("HopperBlockFp8"), "M = 64 on {cap}");
+    }
     assert_eq!(
         prefill == Some(CublasLtBlockFp8::NAME),
         (cap.major, cap.minor) == (9, 0),

@@ -129,17 +129,20 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
     let target = Target::from_gpu(gpu.clone());
     let mut biased = LayerConfig::block_128(640, 1280, DType::Bf16, DType::Bf16);
     biased.bias = true;
-    for (cfg, prefill) in [
+    // (layer, the plan's kernels after the decode kernel; the last serves the largest M)
+    let lt_plan: &[&str] = &[HopperBlockFp8::NAME, CublasLtBlockFp8::NAME];
+    for (cfg, after) in [
+        // Hopper at M = 2..=64 and cuBLASLt above, both on cuBLASLt's copy.
         (
             LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16),
-            CublasLtBlockFp8::NAME,
+            lt_plan,
         ),
         // cuBLASLt writes bf16 only and takes no bias: our Hopper kernel.
         (
             LayerConfig::block_128(640, 1280, DType::Bf16, DType::F32),
-            HopperBlockFp8::NAME,
+            &[HopperBlockFp8::NAME],
         ),
-        (biased, HopperBlockFp8::NAME),
+        (biased, &[HopperBlockFp8::NAME]),
         // 8-row blocks: only the portable kernel.
         (
             LayerConfig::block(
@@ -150,9 +153,10 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
                 DType::Bf16,
                 DType::Bf16,
             ),
-            PortableBlockFp8::NAME,
+            &[PortableBlockFp8::NAME],
         ),
     ] {
+        let prefill = after[after.len() - 1];
         let layer = HostLayer::random(&cfg, WeightGen::Spread(3));
         let host = layer.weights();
         let taken = |build: &dyn Fn() -> Linear| {
@@ -163,7 +167,7 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
             let used = before.saturating_sub(gpu.memory_info().expect("cuMemGetInfo").0);
             (l, used)
         };
-        // The next kernel alone, then the plan of both: the plan takes no second copy.
+        // The largest M's kernel alone, then the plan: the plan takes no second copy.
         let next = fp8_linear::tables::CUDA_BLOCK.entry(prefill).unwrap();
         let (alone, used_alone) = taken(&|| {
             Linear::with_entry(next, &target, &cfg, &host, &KernelOptions::none()).unwrap()
@@ -174,8 +178,8 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
                 .unwrap_or_else(|e| panic!("{cfg:?}: {e}"))
         });
         let names: Vec<&str> = linear.plan().kernels().iter().map(|e| e.name).collect();
-        assert_eq!(names, [DecodeBlockFp8::NAME, prefill], "{cfg:?}");
-        // One device copy of the weights for both kernels: the layer's accounting, and the
+        assert_eq!(names, [&[DecodeBlockFp8::NAME], after].concat(), "{cfg:?}");
+        // One device copy of the weights for all its kernels: the layer's accounting, and the
         // device memory the layer took against the next kernel alone (two copies would add
         // the codes again).
         let shared = linear.shared_weights();
@@ -196,8 +200,9 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
             );
         }
         let ref_cfg = DecodeBlockFp8::ENTRY.reference_config(&cfg);
-        // M above the decode range, then back to decode on the same layer.
-        for m in [2, 17, 64, 200, 1] {
+        // M above the decode range (across the Hopper / cuBLASLt boundary at 64 / 65), then
+        // back to decode on the same layer.
+        for m in [2, 17, 64, 65, 200, 1] {
             let x = random_activations(m, cfg.k);
             let (got, exact) = run_linear(&gpu, &mut linear, &x, m).unwrap();
             let rows: Vec<usize> = (0..m).collect();

@@ -89,7 +89,7 @@ fn marlin_sits_after_the_hopper_kernels_and_before_the_portable_one() {
         assert!(!e.arch.matches(Some(Capability::new(8, 0))), "{}", e.name);
         assert!(!e.arch.matches(Some(Capability::new(8, 9))), "{}", e.name);
     }
-    assert_eq!(t.entries[m].priority, 4);
+    assert_eq!(t.entries[m].priority, 5);
     let s = fp8_linear::tables::CUDA_SCALED;
     assert_eq!(
         s.entries[0].name, MARLIN,

@@ -223,11 +223,12 @@ fn forward_runs_each_call_on_the_kernel_of_its_m() {
     );
 }
 
-/// The built-in plan on the H200 profile: the decode kernel at M = 1, cuBLASLt block-scaled
-/// above; with cuBLASLt disabled no M runs it (the Hopper kernel takes its range).
+/// The built-in plan on the H200 profile: the decode kernel at M = 1, our Hopper kernel at
+/// M = 2..=64, cuBLASLt block-scaled above; with cuBLASLt disabled no M runs it (the Hopper
+/// kernel's wide listing takes its range); forced, the Hopper kernel takes every M.
 #[cfg(feature = "cuda")]
 #[test]
-fn the_h200_plan_is_decode_then_cublaslt() {
+fn the_h200_plan_is_decode_then_hopper_then_cublaslt() {
     let h200 = Device::profile("h200").unwrap();
     let cfg = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
     let plan = |ov: &Overrides| {
@@ -238,11 +239,15 @@ fn the_h200_plan_is_decode_then_cublaslt() {
     };
     assert_eq!(
         plan(&Overrides::none()),
-        "M = 1: DecodeBlockFp8; M = 2..: CublasLtBlockFp8"
+        "M = 1: DecodeBlockFp8; M = 2..=64: HopperBlockFp8; M = 65..: CublasLtBlockFp8"
     );
     assert_eq!(
         plan(&Overrides::none().disable("CublasLtBlockFp8")),
         "M = 1: DecodeBlockFp8; M = 2..: HopperBlockFp8"
+    );
+    assert_eq!(
+        plan(&Overrides::none().disable("HopperBlockFp8")),
+        "M = 1: DecodeBlockFp8; M = 2..: CublasLtBlockFp8"
     );
     assert_eq!(
         plan(&Overrides::none().force("HopperBlockFp8")),

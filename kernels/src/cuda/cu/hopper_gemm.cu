@@ -21,7 +21,8 @@
 // A: [M, ldk] e4m3 codes through tensor map `ta` (box 128 x BM), columns K..ldk zero.
 // B: [N, ldk] e4m3 codes through tensor map `tb` (box 128 x BN). TMA zero-fills rows past
 // M / N and columns past ldk, so partial tiles need no masking on the load side.
-// As: [Kbs, M] f32 (M fastest), Bs: [ceil(N/SBN), Kbs] f32, Kbs = ceil(K / SBK). Stores
+// As: [Kbs, M] f32 (M fastest), Bs: [ceil(N/SBN), ldbs] f32 (rows of Kbs, ldbs >= Kbs: the
+// layer's copy may pad them), Kbs = ceil(K / SBK). Stores
 // are masked. With more than one K split (tiles of at most 128 rows), split s stores its
 // partial sums to ws[s][M][N] (every valid element of its tile) and `hopper_finalize_*`
 // sums the splits in order (deterministic). The output is of dtype HOPPER_OUT, fixed per module.
@@ -144,8 +145,8 @@ template <int BM, int BN> struct Sc {
 // The scale warp: for every stage the TMA thread fills, the same stage's scales.
 template <int BM, int BN, int STAGES>
 __device__ __forceinline__ void stage_scales(const float* __restrict__ As,
-                                             const float* __restrict__ Bs, u32 ssc, u32 bars,
-                                             int M, int Kbs, int nbs, const Sched& sc,
+                                             const float* __restrict__ Bs, int ldbs, u32 ssc,
+                                             u32 bars, int M, int Kbs, int nbs, const Sched& sc,
                                              int lane) {
     constexpr int NSB = Cols<BN>::NSB;
     u32 it = 0;
@@ -168,7 +169,7 @@ __device__ __forceinline__ void stage_scales(const float* __restrict__ As,
                 }
                 if (lane < NSB)
                     cp_async4(dst + 4 * (SUBS * BM + sub * NSB + lane),
-                              ok ? Bs + (long long)brow * Kbs + kbs : Bs, ok ? 4u : 0u);
+                              ok ? Bs + (long long)brow * ldbs + kbs : Bs, ok ? 4u : 0u);
             }
             cp_async_arrive(bars + 8 * s);
         }
@@ -457,7 +458,7 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
                                             const float* __restrict__ Bs, void* __restrict__ out,
                                             float* __restrict__ ws,
                                             const float* __restrict__ bias, int M, int N, int K,
-                                            int kbps, int splits) {
+                                            int kbps, int splits, int ldbs) {
     constexpr int BM = 64 * NWG * WAVES;
     constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
     extern __shared__ u8 smem_raw[];
@@ -541,7 +542,7 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
             }
         } else if (threadIdx.x / 32 == 1) {
             griddep_wait();  // the activation scales come from the kernel before this one
-            stage_scales<BM, BN, STAGES>(As, Bs, ssc, bars, M, Kbs, nbs, sc, threadIdx.x % 32);
+            stage_scales<BM, BN, STAGES>(As, Bs, ldbs, ssc, bars, M, Kbs, nbs, sc, threadIdx.x % 32);
         }
     } else {
         math<NWG, WAVES, STAGES, BN, CL>(sa, sb, scg, bars, sc, out, ws, bias, M, N, splits > 1);
@@ -556,9 +557,9 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
     extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) ATTR                        \
         NAME(const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb,             \
              const float* As, const float* Bs, void* out, float* ws, const float* bias, int M,   \
-             int N, int K, int kbps, int splits) {                                               \
+             int N, int K, int kbps, int splits, int ldbs) {                                     \
         hopper_gemm<NWG, WAVES, STAGES, BN, CL>(&ta, &tb, As, Bs, out, ws, bias, M, N, K, kbps,  \
-                                                splits);                                         \
+                                                splits, ldbs);                                   \
     }
 #define HOPPER_KERNEL(NAME, NWG, WAVES, STAGES, BN) HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, BN, 1, )
 // Clusters of two CTAs along M sharing (multicasting) the weight tile: the launch needs a

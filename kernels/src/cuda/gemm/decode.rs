@@ -253,9 +253,8 @@ impl Recipe for State {
         let (c, gpu) = (call.c, call.gpu);
         let state = self;
         let (n, k) = (c.n, c.k);
-        let nb = n.div_ceil(weight_block(c).0);
         let block = &state.weights;
-        let s_ld = block.scales.len() / nb;
+        let s_ld = block.scale_ld(c);
         let w = &block.w;
         let bias = w.bias.as_ref().map_or(0, |b| b.ptr());
         let (wptr, sptr) = (w.codes.ptr(), block.scales.ptr());

@@ -15,7 +15,9 @@
 //! overlapped with the activation quantization before it (programmatic dependent launch,
 //! [`KernelOptions::overlap`](fp8_linear_core::KernelOptions), on by default): its launch,
 //! prologue and first round of weight tiles run while the quantization does, and it waits for
-//! the quantization before it reads the activations.
+//! the quantization before it reads the activations. It reads the weights in any block
+//! layout (the scales with their row stride), so in a plan with cuBLASLt for other rows it
+//! uses cuBLASLt's copy and the layer holds the weights once.
 //! Source: `cu/hopper_gemm.cu` (and the wgmma wrappers, `cu/wgmma.cuh`).
 
 use std::sync::Arc;
@@ -29,7 +31,8 @@ use fp8_linear_cuda::tma::TensorMap;
 use fp8_linear_cuda::Gpu;
 
 use crate::cuda::skeleton::block::{
-    block_checks, tile_indices_fit, weight_block, ActLayout, BlockLayer, Blocks, ROWS_16_ROW_MAJOR,
+    block_checks, tile_indices_fit, weight_block, ActLayout, BlockLayer, BlockWeights, Blocks,
+    ROWS_16_ROW_MAJOR,
 };
 use crate::cuda::skeleton::dtype::float_index;
 use crate::cuda::skeleton::error::{be, be_at};
@@ -158,7 +161,8 @@ fn has_variant(v: &(usize, usize, usize, u32, u32), block: (usize, usize)) -> bo
 }
 
 struct State {
-    /// Weights with row-major block scales, activations with M-fastest group scales.
+    /// Weights (the layer's copy in any block layout: row-major block scales of row stride
+    /// `scale_ld`), activations with M-fastest group scales.
     block: BlockLayer,
     /// The entries of [`VARIANTS`] this layer has ([`has_variant`]).
     variants: Vec<Variant>,
@@ -451,8 +455,11 @@ impl Fp8Kernel for HopperBlockFp8 {
         let l = &self.layer;
         let (gpu, config) = (&l.gpu, &l.config);
         let act = ActLayout::ColMajor { rows: 1 };
-        let w = (weights, l.shared.as_ref());
-        let block = BlockLayer::load(NAME, gpu, config, w, ROWS_16_ROW_MAJOR, act)?;
+        // Any block layout's copy (cuBLASLt's, when the layer's plan has it for other rows):
+        // the kernel reads the scales with their row stride.
+        let shared = l.shared.as_ref();
+        let copy = BlockWeights::any(NAME, gpu, config, weights, ROWS_16_ROW_MAJOR, shared)?;
+        let block = BlockLayer::with_weights(NAME, gpu, config, copy, act)?;
         let w = &block.weights.w;
         let codes = (w.codes.ptr(), config.n, w.ldk);
         let output = float_index("output", config.output_dtype)?;
@@ -543,6 +550,7 @@ impl Recipe for State {
             .map(|b| b.ptr())
             .unwrap_or(0);
         let bsptr = st.block.weights.scales.ptr();
+        let ldbs = st.block.weights.scale_ld(c) as i32;
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
         let (kbpsi, splitsi) = (kbps as i32, splits as i32);
         let tb = v.tb;
@@ -571,8 +579,10 @@ impl Recipe for State {
         let s = gpu.stream();
         // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A (m x ldk
         // bytes of codes at `q`, from the quantization) and B (n x ldk bytes of the weight
-        // codes, boxes of the variant's width); the kernels store the layer's output dtype; As holds ceil(k/C)*m floats, Bs ceil(n/R)*ceil(k/C), out m*n elements, ws
-        // splits*m*n floats when split; the kernel masks every store and TMA zero-fills
+        // codes, boxes of the variant's width); the kernels store the layer's output dtype;
+        // As holds ceil(k/C)*m floats, Bs ceil(n/R) rows of ldbs >= ceil(k/C) floats, out
+        // m*n elements, ws splits*m*n floats when split; the kernel masks every store and
+        // TMA zero-fills
         // out-of-bounds boxes. Overlapped (never for given codes): the kernel before it on
         // the stream is the quantization just enqueued, and the kernel waits for it
         // (griddep_wait) before it reads the codes or the activation scales and so before
@@ -593,6 +603,7 @@ impl Recipe for State {
                     param(&ki),
                     param(&kbpsi),
                     param(&splitsi),
+                    param(&ldbs),
                 ];
                 launch_overlapped(s, &v.gemm, cfg, &mut params, what)
             } else {
@@ -604,7 +615,12 @@ impl Recipe for State {
                     .arg(&out)
                     .arg(&ws)
                     .arg(&bias);
-                b.arg(&mi).arg(&ni).arg(&ki).arg(&kbpsi).arg(&splitsi);
+                b.arg(&mi)
+                    .arg(&ni)
+                    .arg(&ki)
+                    .arg(&kbpsi)
+                    .arg(&splitsi)
+                    .arg(&ldbs);
                 launch(b, cfg, what)
             }
         }
@@ -619,6 +635,19 @@ impl Recipe for State {
                 .arg(&splitsi);
             // SAFETY: ws holds splits*m*n partial sums, out m*n elements, bias n floats.
             unsafe { launch(f, elementwise(m * n), "hopper_finalize") }.map_err(be(NAME))?;
+        }
+        // Development stamps (feature `dev-sources`, FP8_LINEAR_STAMPS set): a module
+        // compiled from FP8_LINEAR_CU_DIR sources that define `hopper_stamps_dump` records
+        // clock64 stamps of some launches; that kernel prints them after each GEMM.
+        #[cfg(feature = "dev-sources")]
+        if std::env::var_os("FP8_LINEAR_STAMPS").is_some() {
+            if let Ok(dump) = st._module.load_function("hopper_stamps_dump") {
+                let b = s.launch_builder(&dump);
+                // SAFETY: the dump kernel takes no arguments and reads only its module's
+                // globals.
+                unsafe { launch(b, grid((1, 1, 1), 1, 0), "hopper_stamps_dump") }
+                    .map_err(be(NAME))?;
+            }
         }
         Ok(())
     }

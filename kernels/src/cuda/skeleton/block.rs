@@ -131,8 +131,9 @@ pub struct WeightLayout {
     pub scales: ScaleLayout,
 }
 
-/// Rows padded to 16 bytes, row-major block scales: the Hopper and portable kernels'
-/// layout (and the decode kernel's when it runs alone).
+/// Rows padded to 16 bytes, row-major block scales: the portable kernel's layout, and the
+/// Hopper and decode kernels' when no kernel of another layout is in the layer's plan (both
+/// read any layout's copy).
 pub const ROWS_16_ROW_MAJOR: WeightLayout = WeightLayout {
     name: "block FP8: rows padded to 16 bytes, row-major block scales",
     pad: 16,
@@ -182,6 +183,12 @@ impl BlockWeights {
             Some(s) => s.get_or_try_insert(layout.name, make),
             None => make().map(|(w, _)| Arc::new(w)),
         }
+    }
+
+    /// The block scales' row stride in floats (each layout stores them row-major: rows of
+    /// ceil(K / C), padded in some layouts).
+    pub fn scale_ld(&self, config: &LayerConfig) -> usize {
+        self.scales.len() / config.n.div_ceil(weight_block(config).0).max(1)
     }
 
     /// For a kernel that reads every layout: the first copy the layer's `shared` weights
@@ -266,6 +273,20 @@ impl BlockLayer {
         act: ActLayout,
     ) -> Result<Self, KernelError> {
         let weights = BlockWeights::get(kernel, gpu, config, weights, layout, shared)?;
+        Self::with_weights(kernel, gpu, config, weights, act)
+    }
+
+    /// The layer around a weight copy the kernel got itself, such as
+    /// [`BlockWeights::any`]'s for a kernel that reads every layout (codes with rows padded
+    /// to 16 bytes or more, row-major scales of any row stride: [`BlockWeights::scale_ld`]):
+    /// the activation quantization of `config`'s groups.
+    pub fn with_weights(
+        kernel: &'static str,
+        gpu: &Arc<Gpu>,
+        config: &LayerConfig,
+        weights: Arc<BlockWeights>,
+        act: ActLayout,
+    ) -> Result<Self, KernelError> {
         let grouping = Grouping::of(config).ok_or_else(|| {
             KernelError::backend(kernel, "block layers quantize activations in 1xC groups")
         })?;
