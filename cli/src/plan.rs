@@ -285,7 +285,7 @@ fn render_text(ck: &Checkpoint, plan: &Plan) -> String {
               CpuGroupedReference; grouped CUDA kernels are a later issue)\n";
     }
     s += &format!(
-        "\ntotals ({} layers, {} FP8 weights{}):\n",
+        "\ntotals ({} layers, {} FP8 weights{}; a layer counts under each kernel of its plan):\n",
         layers.len(),
         bytes(fp8),
         match plan.moe.len() {

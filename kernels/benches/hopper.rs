@@ -9,7 +9,9 @@
 //! CTAs along M in clusters of two that share the weight tile (`KernelOptions::cluster(2)`).
 //! "LtBlk-q" and "Hopper-q" time the GEMM alone: `apply_quantized` on activations the
 //! layer's `ActivationQuantizer` made before the timing (the figure to set beside GEMM-only
-//! peers such as DeepGEMM). Also checks the Hopper output against cuBLASLt's on every point
+//! peers such as DeepGEMM). "Plan" is what a user gets: `Linear::new`'s layer (the built-in
+//! tables' plan: the decode kernel at M = 1, Hopper at M = 2..=64, cuBLASLt above on an H200)
+//! timed through `forward`, with the kernel its plan ran at each M. Also checks the Hopper output against cuBLASLt's on every point
 //! (relative Frobenius difference). Prints "skipped" and exits 0 without an sm_90 GPU; a
 //! compact summary table comes last.
 //!
@@ -30,7 +32,7 @@ use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer};
 use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8};
 use fp8_linear::{
     ActivationQuantizer, DType, Fp8Kernel, KernelEntry, KernelOptions, LayerConfig, LayerWeights,
-    Registered, Target, Tensor, TensorMut,
+    Linear, Options, Registered, Target, Tensor, TensorMut,
 };
 use half::bf16;
 use rand::Rng;
@@ -66,6 +68,8 @@ fn main() {
     // (kernel, n, k, m) -> us; (n, k, m) -> Hopper vs cuBLASLt difference.
     let mut us: BTreeMap<(&str, usize, usize, usize), f64> = BTreeMap::new();
     let mut diff: BTreeMap<(usize, usize, usize), f64> = BTreeMap::new();
+    // (n, k, m) -> the kernel the plan ran.
+    let mut planned: BTreeMap<(usize, usize, usize), &'static str> = BTreeMap::new();
     let ms: Vec<usize> = match std::env::var("HOPPER_BENCH_M") {
         Ok(v) => v
             .split(',')
@@ -170,6 +174,35 @@ fn main() {
                 }
             }
         }
+        // The layer a user builds: the built-in plan, each M on its kernel.
+        match Linear::new(&target, &cfg, &weights, &Options::none()) {
+            Ok(mut linear) => {
+                let mut out = DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out");
+                for &m in &ms {
+                    let r = common::flushed_median(
+                        &gpu,
+                        &timer,
+                        &flush,
+                        (common::WARMUP, SAMPLES),
+                        || {
+                            linear
+                                .forward(&x.tensor([m, k]), &mut out.tensor_mut([m, n]))
+                                .map_err(|e| e.to_string())
+                        },
+                    );
+                    match r {
+                        Ok(t) => {
+                            us.insert(("Plan", n, k, m), t);
+                            if let Some(e) = linear.entry_for(m) {
+                                planned.insert((n, k, m), e.name);
+                            }
+                        }
+                        Err(e) => println!("Plan M={m} N={n} K={k}: failed: {e}"),
+                    }
+                }
+            }
+            Err(e) => println!("Plan N={n} K={k}: not built: {e}"),
+        }
         for &m in &ms {
             if let (Some(h), Some(l)) = (outs.get(&("Hopper", m)), outs.get(&("LtBlk", m))) {
                 diff.insert((n, k, m), rel_diff(h, l));
@@ -198,12 +231,14 @@ fn main() {
         "TFLOP/s of apply (quantization included; median of {SAMPLES}, CUDA events, L2 \
          evicted by a read); x = ratio to cuBLASLt block in this run; floor% = the weight \
          read at 4.3 TB/s over Hopper's time; diff = ||hopper - lt|| / ||lt||; -q = the GEMM \
-         alone (apply_quantized), us"
+         alone (apply_quantized), us; Plan = Linear::new's layer through forward, with the \
+         kernel its plan ran"
     );
     println!(
-        "{:>5} {:>11} | {:>7} | {:>7} {:>6} | {:>9} {:>6} | {:>9} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>6} | {:>7} | {:>8} {:>8} {:>6}",
+        "{:>5} {:>11} | {:>7} | {:>7} {:>6} | {:>9} {:>6} | {:>9} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>6} | {:>7} | {:>8} {:>8} {:>6} | {:>7} {:>6} kernel",
         "M", "NxK", "LtBlk", "Hopper", "x", "Hopper-s1", "x", "Hopper-c2", "x", "Hopper-128",
-        "x", "Hopper-192", "x", "Hopper-256", "x", "floor%", "diff", "LtBlk-q", "Hopper-q", "x"
+        "x", "Hopper-192", "x", "Hopper-256", "x", "floor%", "diff", "LtBlk-q", "Hopper-q", "x",
+        "Plan", "x"
     );
     for &(n, k) in shapes {
         for &m in &ms {
@@ -228,8 +263,9 @@ fn main() {
                 (Some(l), Some(h)) => format!("{l:>8.1} {h:>8.1} {:>5.2}x", l / h),
                 _ => format!("{:>8} {:>8} {:>6}", "-", "-", "-"),
             };
+            let kernel = planned.get(&(n, k, m)).copied().unwrap_or("-");
             println!(
-                "{m:>5} {:>11} | {:>7} | {} | {} | {} | {} | {} | {} | {floor} | {:>7} | {gemm}",
+                "{m:>5} {:>11} | {:>7} | {} | {} | {} | {} | {} | {} | {floor} | {:>7} | {gemm} | {} {kernel}",
                 format!("{n}x{k}"),
                 lt.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into()),
                 cell("Hopper", 7),
@@ -241,6 +277,7 @@ fn main() {
                 diff.get(&(n, k, m))
                     .map(|d| format!("{d:.1e}"))
                     .unwrap_or_else(|| "-".into()),
+                cell("Plan", 7),
             );
         }
     }
