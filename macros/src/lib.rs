@@ -33,8 +33,10 @@ pub fn fp8_kernel(args: TokenStream, item: TokenStream) -> TokenStream {
 /// `pub NAME: Platform, Family = [KernelA, KernelB => 4, ...];`, or
 /// `pub NAME: Platform, Family = path::TO::BASE + [MyKernel => 3];` to extend a table;
 /// `pub NAME: Platform, Family, Grouped = [...]` for a table of grouped (mixture-of-experts)
-/// kernels. A kernel of another platform or kind, two kernels of one priority or a kernel
-/// listed twice is a compile error at that kernel.
+/// kernels. `Kernel { rows = 2..=64 } => 2` lists a kernel for some of its rows only (listed
+/// again, lower, it takes the rest). A kernel of another platform or kind, two kernels of
+/// one priority, a kernel listed twice for the same rows or a window outside its rows is a
+/// compile error at that kernel.
 #[proc_macro]
 pub fn fp8_table(input: TokenStream) -> TokenStream {
     table::expand_macro(input.into()).into()
