@@ -9,8 +9,9 @@ index % 30 == 10, counted over the module's kernels) CTA 0 and CTA gridDim/2 rec
 stage iteration, when the producer's empty wait ended (P), when the scale warp's copies
 were issued (S), when the first math thread's full wait ended (F), when the first and the
 last wave's MMAs were done (W0, W1) and when the stage was released (R), and per work unit
-the epilogue's start and end; a kernel `hopper_stamps_dump` prints them (in the two-set
-tiles W0 and W1 are the first and last scale block's promotion start).
+the epilogue's start and end, and every CTA of those launches its start, end (globaltimer)
+and units; a kernel `hopper_stamps_dump` prints them (in the two-set tiles W0 and W1 are the
+first and last scale block's promotion start).
 The patch matches the source's text exactly and stops with the line it did not find when
 the source moved on.
 
@@ -24,7 +25,9 @@ has it.) Then `summary stamps.txt`: medians over a CTA's stage iterations, in SM
 the period (F to the next F), the math warpgroup's wait for a full stage (F - previous R),
 the load latency (F - max(P, S)), the MMAs (W1 - F), the last promotion (R - W1), the
 producer's wait for a released stage (P - R of STAGES iterations before) and the epilogue,
-with the epilogue's share of the CTA's time.
+with the epilogue's share of the CTA's time; then each recorded launch's CTAs: the spread
+of their starts, the first, median and last end (ns from the first start) and the units
+per CTA (a late last end against the median: some SMs slower, or more units on them).
 """
 import collections
 import shutil
@@ -54,6 +57,16 @@ __device__ unsigned long long hsu[2][2][1024];  // epilogue start / end per unit
 __device__ unsigned long long hsc[2][4];        // cta start, end, units
 __device__ unsigned int hst_ctr;
 __device__ __forceinline__ unsigned long long st_clk() { return clock64(); }
+// Every CTA of a recorded launch: start and end (globaltimer, ns) and its units.
+__device__ unsigned long long hall[1024][2];
+__device__ int hall_u[1024];
+__device__ unsigned long long hall_launch;
+__device__ int hall_grid, hall_ready;
+__device__ __forceinline__ unsigned long long st_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 #define STAMP(slot, kind, it) do { if ((slot) >= 0 && (it) < ST_N) hst[slot][kind][it] = st_clk(); } while (0)
 """)
 # math(): receive rec slot via a shared variable read
@@ -100,6 +113,7 @@ rep("""        store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bi
 }""")
 # slot: shared variable set by thread 0
 rep("""// ---- the kernel -----""", """__device__ __forceinline__ int& st_slot_ref() { __shared__ int v; return v; }
+__device__ __forceinline__ int& st_all_ref() { __shared__ int v; return v; }
 __device__ __forceinline__ int st_slot_get() { return st_slot_ref(); }
 // ---- the kernel -----""")
 rep("""    if (threadIdx.x == 0) {
@@ -109,6 +123,11 @@ rep("""    if (threadIdx.x == 0) {
         const unsigned launch = old / gridDim.x;
         const int slot = blockIdx.x == 0 ? 0 : (blockIdx.x == gridDim.x / 2 ? 1 : -1);
         st_slot_ref() = (slot >= 0 && launch % 30 == 10) ? slot : -1;
+        st_all_ref() = launch % 30 == 10 && blockIdx.x < 1024;
+        if (st_all_ref()) {
+            hall[blockIdx.x][0] = st_ns();
+            if (blockIdx.x == 0) { hall_launch = launch; hall_grid = gridDim.x; }
+        }
         if (st_slot_ref() >= 0) { hsc[slot][0] = st_t0; hsc[slot][3] = launch; }
         for (int s = 0; s < STAGES; ++s) {""")
 # producer stamps
@@ -126,6 +145,14 @@ rep("""    // No CTA leaves while a peer may still multicast into it or arrive o
 }""", """    // No CTA leaves while a peer may still multicast into it or arrive on its barriers.
     if constexpr (CL > 1) cluster_sync();
     __syncthreads();
+    if (threadIdx.x == 0 && st_all_ref()) {
+        int nu = 0;
+        for (int u = sc.first; u < sc.units; u += sc.step) ++nu;
+        hall[blockIdx.x][1] = st_ns();
+        hall_u[blockIdx.x] = nu;
+        __threadfence();
+        atomicAdd(&hall_ready, 1);
+    }
     const int slot = st_slot_get();
     if (threadIdx.x == 0 && slot >= 0) {
         u32 its = 0, nu = 0;
@@ -160,6 +187,27 @@ DUMP = """
 // Prints (and clears) the records of the stamped CTAs; the host launches it, <<<1, 1>>>, after
 // each GEMM when FP8_LINEAR_STAMPS is set (development knob).
 extern "C" __global__ void hopper_stamps_dump() {
+    if (hall_ready > 0) {
+        // Every CTA: the spread of the starts, the ends (median and last), the units per CTA.
+        const int g = min(hall_grid, 1024);
+        unsigned long long s0 = ~0ull, s1 = 0, e0 = ~0ull, e1 = 0;
+        int u0 = 1 << 30, u1 = 0;
+        for (int c = 0; c < g; ++c) {
+            s0 = min(s0, hall[c][0]); s1 = max(s1, hall[c][0]);
+            e0 = min(e0, hall[c][1]); e1 = max(e1, hall[c][1]);
+            u0 = min(u0, hall_u[c]); u1 = max(u1, hall_u[c]);
+        }
+        // The median end: the smallest end with at least half the CTAs ended by then.
+        unsigned long long med = e1;
+        for (int c = 0; c < g; ++c) {
+            int before = 0;
+            for (int d = 0; d < g; ++d) before += hall[d][1] <= hall[c][1];
+            if (2 * before >= g && hall[c][1] < med) med = hall[c][1];
+        }
+        printf("STA launch=%llu grid=%d ready=%d start_spread_ns=%llu end_first_ns=%llu end_median_ns=%llu end_last_ns=%llu units=%d..%d\\n",
+               hall_launch, hall_grid, hall_ready, s1 - s0, e0 - s0, med - s0, e1 - s0, u0, u1);
+        hall_ready = 0;
+    }
     for (int slot = 0; slot < 2; ++slot) {
         if (hsc[slot][2] != 1) continue;
         hsc[slot][2] = 0;
@@ -201,9 +249,13 @@ def make(src, dst):
 def summary(path):
     recs = collections.defaultdict(dict)
     hdr = {}
+    every = []
     for line in open(path):
         t = line.split()
         if not t: continue
+        if t[0] == 'STA':
+            every.append(line.rstrip())
+            continue
         if t[0] == 'STC':
             kv = dict(x.split('=') for x in t[1:])
             hdr[(int(kv['launch']), int(kv['slot']))] = kv
@@ -233,6 +285,10 @@ def summary(path):
         med = lambda x: stt.median(x) if x else 0
         print(f"{key[0]:6d} {key[1]:4d} {h['BM']:>3} {h['BN']:>3} {h['N']:>5} {h['K']:>5} {n:3d} {h['units']:>5} | {tot/1e6:6.3f} | {med(per):6.0f} {med(wait):9.0f} {med(lat):16.0f} {med(mma):10.0f} {med(pro):12.0f} {med(prw):9.0f} {med(sp):5.0f} | {med(epi):7.0f} ({len(epi)}) {100*sum(epi)/tot:5.1f}")
 
+    if every:
+        print("\nevery CTA of the recorded launches (ns from the first start):")
+        for line in every:
+            print(line)
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "make":
