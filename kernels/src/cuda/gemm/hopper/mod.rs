@@ -18,7 +18,8 @@
 //! the quantization before it reads the activations. It reads the weights in any block
 //! layout (the scales with their row stride), so in a plan with cuBLASLt for other rows it
 //! uses cuBLASLt's copy and the layer holds the weights once.
-//! Source: `cu/hopper_gemm.cu` (and the wgmma wrappers, `cu/wgmma.cuh`).
+//! Source: `cu/hopper_gemm.cu` (and the wgmma wrappers, `cu/wgmma.cuh`); the tiles it has
+//! are listed in `variants.rs` beside this file, the planner is in `plan.rs`.
 
 use std::sync::Arc;
 
@@ -42,6 +43,12 @@ use crate::cuda::skeleton::scratch::Scratch;
 
 /// The Hopper module spec (compiled for `sm_90a`), registered in [`crate::cuda::sources`].
 pub use crate::cuda::sources::hopper_module;
+pub use plan::{plan_tile, tile_cost, TileChoice};
+
+use variants::{has_tall_tile, has_variant, has_width, smem_bytes, VARIANTS, WIDTHS};
+
+mod plan;
+mod variants;
 
 const NAME: &str = HopperBlockFp8::NAME;
 
@@ -76,88 +83,6 @@ struct Variant {
     gemm: CudaFunction,
     /// The weight codes' tensor map: boxes of `bn / cluster` rows x 128 bytes.
     tb: TensorMap,
-}
-
-/// (BM, BN, cluster size, math warpgroups, pipeline stages); the kernel of each is
-/// `hopper_gemm_bm{BM}_n{BN}` (`c2` appended for clusters of two), and the list must match
-/// the `HOPPER_KERNEL` lines of the source. BM 64: one math warpgroup, 16 stages at 16 and 32
-/// columns down to 8 at 128 and 144; BM 128: two, 8 stages at 64 columns down to 6; BM 192:
-/// three, 5 stages of 40 KiB, 160 registers per math thread; BM 256: two warpgroups of two
-/// 64-row waves each, 4 stages of 48 KiB (the tall ones never split, only where
-/// [`has_tall_tile`]); the widths 96, 112 and 144 only over 128-row weight blocks
-/// ([`has_width`]); clusters of two CTAs sharing the weight tile (multicast: each CTA loads
-/// half of it for both) only where the build options ask for them. On the H200 the
-/// clusters cut the kernel's L2 traffic (48 % of L2 throughput against 56 %, 4096x7168 at
-/// M = 4096) but not its time (within 2 %; docs/perf-log.md, "GPU: Hopper kernel, issue 12").
-const VARIANTS: [(usize, usize, usize, u32, u32); 16] = [
-    (64, 16, 1, 1, 16),
-    (64, 32, 1, 1, 16),
-    (64, 64, 1, 1, 12),
-    (64, 96, 1, 1, 10),
-    (64, 112, 1, 1, 9),
-    (64, 128, 1, 1, 8),
-    (64, 144, 1, 1, 8),
-    (128, 64, 1, 2, 8),
-    (128, 96, 1, 2, 7),
-    (128, 112, 1, 2, 6),
-    (128, 128, 1, 2, 6),
-    (128, 128, 2, 2, 6),
-    (128, 144, 1, 2, 6),
-    (192, 128, 1, 3, 5),
-    (256, 128, 1, 2, 4),
-    (256, 128, 2, 2, 4),
-];
-
-/// The widths the source has (every one exists at some height).
-const WIDTHS: [usize; 7] = [16, 32, 64, 96, 112, 128, 144];
-
-/// The weight scale rows a `bn`-column tile spans for `r`-row weight blocks: `bn / r` when
-/// `r` divides `bn`, one when `bn` divides `r`, else two (the widths of [`has_width`]);
-/// `Cols::NSB` in the source.
-fn scale_rows(bn: usize, r: usize) -> usize {
-    if bn.is_multiple_of(r) {
-        bn / r
-    } else if r.is_multiple_of(bn) {
-        1
-    } else {
-        2
-    }
-}
-
-/// Whether the kernel has `bn`-column tiles for weight blocks `block` (rows along N, columns
-/// along K): 16, 32, 64 and 128 (each holds whole scale rows of 32, 64 or 128 or sits inside
-/// one), and over 128-row blocks also 96, 112 and 144 (a tile of those spans at most two
-/// scale rows; the source compiles them under the same rule).
-fn has_width(bn: usize, block: (usize, usize)) -> bool {
-    match bn {
-        96 | 112 | 144 => block.0 == 128,
-        _ => WIDTHS.contains(&bn),
-    }
-}
-
-/// Dynamic shared memory of a variant of `bm` x `bn` tiles and `stages` stages for weight
-/// blocks `block` (rows along N, columns along K): per stage the A and B tiles, the scales of
-/// the stage (for each of the 128 / C scale blocks of a K tile, `bm` activation scales and
-/// the tile's weight scale rows, f32, rounded up to 16 bytes) and two mbarriers; 1 KiB
-/// covers the 1024-byte alignment of the swizzled tiles (`Sc` and the stage layout in the
-/// source).
-fn smem_bytes(bm: usize, bn: usize, stages: u32, block: (usize, usize)) -> u32 {
-    let subs = 128 / block.1;
-    let scales = (subs * (bm + scale_rows(bn, block.0)) * 4).div_ceil(16) * 16;
-    let stage = bm * 128 + bn * 128 + scales + 16;
-    1024 + stages * stage as u32
-}
-
-/// Whether the tall tiles (192 and 256 rows) exist for weight blocks `block` (rows along N,
-/// columns along K): their registers leave room for the scales of at most two scale blocks
-/// per 128-long K tile (C >= 64; the source compiles them under the same rule).
-fn has_tall_tile(block: (usize, usize)) -> bool {
-    block.1 >= 64
-}
-
-/// Whether variant `v` of [`VARIANTS`] exists for weight blocks `block`.
-fn has_variant(v: &(usize, usize, usize, u32, u32), block: (usize, usize)) -> bool {
-    (v.0 <= 128 || has_tall_tile(block)) && has_width(v.1, block)
 }
 
 struct State {
@@ -240,151 +165,6 @@ impl HopperBlockFp8 {
             overlap: ctx.options().overlap.unwrap_or(true),
         })
     }
-}
-
-/// The constants of [`plan_tile`]'s cost model of the H200, in microseconds and bytes: fitted
-/// on an H200 sweep of every tile with and without K splits at M = 1..4096 on the six
-/// DeepSeek-V3 shapes (docs/perf-log.md, "issue 30"), where the model's choice measured within
-/// 1.1x of the best tile on every point (within 2 % on 34 of 42).
-mod cost {
-    /// Tile bytes one SM takes in per microsecond (about 28 bytes per cycle at 1.75 GHz).
-    pub const INGEST: f64 = 49_000.0;
-    /// Multiply-adds one SM runs per microsecond (80 % of 4096 per cycle).
-    pub const MACS: f64 = 5.7e6;
-    /// The weight stream from HBM, bytes per microsecond.
-    pub const HBM: f64 = 3.5e6;
-    /// Shortest K block of a 128-column tile (the wgmma, barrier and promotion latency of one
-    /// stage); a narrower tile's is shorter, down to half of it.
-    pub const MIN_KB: f64 = 0.45;
-    /// Per work unit: pipeline fill, epilogue.
-    pub const UNIT: f64 = 3.0;
-    /// A split call's extra kernel (the in-order sum) ...
-    pub const SPLIT: f64 = 4.0;
-    /// ... and its partials, written and read, bytes per microsecond.
-    pub const PARTIALS: f64 = 3e6;
-    /// Tiles without the two accumulator sets (more than 128 rows or columns) promote after
-    /// their MMAs: 30 % longer per K block ...
-    pub const SERIAL: f64 = 1.3;
-    /// ... but the 256-row tile, two 64-row waves per warpgroup over one weight tile, gains
-    /// back 15 % of it.
-    pub const TWO_WAVES: f64 = 0.85;
-}
-
-/// A launch shape: tile rows and columns, K splits and K blocks per split.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct TileChoice {
-    /// Tile rows (64, 128, 192 or 256).
-    pub bm: usize,
-    /// Tile columns (16 to 144).
-    pub bn: usize,
-    /// K splits (1: none).
-    pub splits: usize,
-    /// 128-long K blocks per split.
-    pub kb_per_split: usize,
-}
-
-/// Modelled time in microseconds of `m` x `n` x `k` on `sms` SMs with `bm` x `bn` tiles and
-/// K in `splits` parts (see [`plan_tile`]); None where the split count leaves a split empty.
-pub fn tile_cost(
-    m: usize,
-    n: usize,
-    k: usize,
-    sms: usize,
-    bm: usize,
-    bn: usize,
-    splits: usize,
-) -> Option<(f64, TileChoice)> {
-    let sms = sms.max(1);
-    let kb = k.div_ceil(128).max(1);
-    let per = kb.div_ceil(splits.max(1));
-    let s_eff = kb.div_ceil(per);
-    if s_eff != splits {
-        return None;
-    }
-    let (num_m, num_n) = (m.div_ceil(bm), n.div_ceil(bn));
-    let serial = match (bm, bn) {
-        (256, _) => cost::SERIAL * cost::TWO_WAVES,
-        _ if bm > 128 || bn > 128 => cost::SERIAL,
-        _ => 1.0,
-    };
-    // Rows past M are zero-filled by TMA, not read; the MMAs run on the whole tile.
-    let bytes = ((m.min(bm) + bn) * 128) as f64;
-    let macs = (bm * bn * 128) as f64;
-    let min_kb = cost::MIN_KB * (0.5 + 0.5 * bn as f64 / 128.0);
-    let t_sm = (bytes / cost::INGEST).max(macs / cost::MACS).max(min_kb) * serial;
-    let mut left = num_m * num_n * s_eff;
-    let mut t = 0.0;
-    while left > 0 {
-        let active = left.min(sms);
-        // Units are walked n-block outer, m inner, split innermost: a wave reads about
-        // active / (num_m * splits) distinct weight tiles per K block, each once.
-        let weight = (active.div_ceil(num_m * s_eff) * s_eff * bn * 128) as f64;
-        t += per as f64 * t_sm.max(weight / cost::HBM) + cost::UNIT;
-        left -= active;
-    }
-    if s_eff > 1 {
-        t += cost::SPLIT + (s_eff * m * n * 8) as f64 / cost::PARTIALS;
-    }
-    let choice = TileChoice {
-        bm,
-        bn,
-        splits: s_eff,
-        kb_per_split: per,
-    };
-    Some((t, choice))
-}
-
-/// The launch shape for `m` rows of an `n` x `k` layer on `sms` SMs among `tiles` (the
-/// (rows, columns) the layer has), at most `max_splits` K splits (<= 16): the least modelled
-/// time ([`tile_cost`]: per wave of persistent CTAs, each K block takes the longest of its
-/// tile bytes at the measured per-SM ingest rate, its MMAs, a latency floor and the wave's
-/// weight stream from HBM; a unit adds a fixed cost, a split the epilogue kernel and its
-/// partials), the first of those within 3 % in the order: no split before splits, 64 rows
-/// only up to 64 rows, wider tiles first. Splits only for tiles of up to 128 rows (the
-/// taller ones' registers hold no reduction).
-pub fn plan_tile(
-    m: usize,
-    n: usize,
-    k: usize,
-    sms: usize,
-    tiles: &[(usize, usize)],
-    max_splits: usize,
-) -> TileChoice {
-    let mut order: Vec<(usize, usize)> = tiles
-        .iter()
-        .copied()
-        .filter(|&(bm, _)| m > 64 || bm == 64)
-        .collect();
-    if order.is_empty() {
-        order = tiles.to_vec();
-    }
-    order.sort_by_key(|&(bm, bn)| (std::cmp::Reverse(bn), bm));
-    order.dedup();
-    let kb = k.div_ceil(128).max(1);
-    let mut best: Option<(f64, TileChoice)> = None;
-    let max_s = max_splits.clamp(1, 16).min(kb);
-    for s in 1..=max_s {
-        for &(bm, bn) in &order {
-            if s > 1 && bm > 128 {
-                continue;
-            }
-            let Some(c) = tile_cost(m, n, k, sms, bm, bn, s) else {
-                continue;
-            };
-            if best.is_none_or(|b| c.0 < b.0 * 0.97) {
-                best = Some(c);
-            }
-        }
-    }
-    best.map_or(
-        TileChoice {
-            bm: 128,
-            bn: 128,
-            splits: 1,
-            kb_per_split: kb,
-        },
-        |b| b.1,
-    )
 }
 
 /// The loaded module, its tile variants and the split-K epilogue.
@@ -724,113 +504,6 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The (N, K) of the six DeepSeek-V3 linear layers (the Hopper bench's shapes).
-    const DEEPSEEK_V3: [(usize, usize); 6] = [
-        (4096, 7168),
-        (7168, 2048),
-        (2112, 7168),
-        (24576, 1536),
-        (7168, 16384),
-        (18432, 7168),
-    ];
-
-    /// The (rows, columns) a 128x128-block layer has.
-    fn all_tiles() -> Vec<(usize, usize)> {
-        VARIANTS
-            .iter()
-            .filter(|v| v.2 == 1 && has_variant(v, (128, 128)))
-            .map(|v| (v.0, v.1))
-            .collect()
-    }
-
-    #[test]
-    fn tiles_fill_the_gpu_and_follow_the_measured_best() {
-        let tiles = all_tiles();
-        let plan = |m: usize, n: usize, k: usize| plan_tile(m, n, k, 132, &tiles, 16);
-        // The six DeepSeek-V3 shapes at M = 64 and 128: the units fill at least 84 % of
-        // their last wave of 132 SMs (84 %: 112 of 132).
-        for (n, k) in DEEPSEEK_V3 {
-            for m in [64, 128] {
-                let t = plan(m, n, k);
-                let units = m.div_ceil(t.bm) * n.div_ceil(t.bn) * t.splits;
-                let waves = units.div_ceil(132);
-                let fill = units as f64 / (waves * 132) as f64;
-                assert!(fill >= 0.84, "{n}x{k} M={m}: {t:?}, {units} units");
-            }
-        }
-        // The choices the H200 sweep backs (each the measured best or within 4 % of it):
-        // (M, N, K) -> (rows, columns, splits).
-        for ((m, n, k), want) in [
-            ((64, 4096, 7168), (64, 64, 2)),
-            ((128, 4096, 7168), (64, 64, 1)),
-            ((512, 4096, 7168), (128, 128, 1)),
-            ((4096, 4096, 7168), (256, 128, 1)),
-            ((1, 7168, 2048), (64, 64, 1)),
-            ((64, 18432, 7168), (64, 144, 1)),
-            ((128, 18432, 7168), (128, 144, 1)),
-            ((64, 24576, 1536), (64, 96, 1)),
-            ((4096, 2112, 7168), (192, 128, 1)),
-            ((16, 7168, 16384), (64, 128, 2)),
-        ] {
-            let t = plan(m, n, k);
-            assert_eq!((t.bm, t.bn, t.splits), want, "M={m} {n}x{k}");
-        }
-        // Every plan covers K: splits x K blocks per split >= K blocks, no empty split.
-        for (m, n, k) in [(1, 4096, 7168), (16, 7, 16384), (300, 1000, 200), (1, 1, 1)] {
-            let t = plan(m, n, k);
-            let kb = k.div_ceil(128);
-            assert!(t.splits * t.kb_per_split >= kb, "{t:?}");
-            assert!((t.splits - 1) * t.kb_per_split < kb, "{t:?}");
-            assert!(tiles.contains(&(t.bm, t.bn)), "{t:?}");
-            if t.bm > 128 {
-                assert_eq!(t.splits, 1);
-            }
-        }
-        // The cap holds; a single K block never splits.
-        assert_eq!(plan_tile(1, 128, 7168, 132, &[(64, 128)], 1).splits, 1);
-        assert_eq!(plan_tile(1, 128, 128, 132, &[(64, 128)], 16).splits, 1);
-        // With 128-column tiles only (a layer whose options fix the width), a small M still
-        // splits K to fill the GPU.
-        assert!(plan_tile(1, 4096, 7168, 132, &[(64, 128)], 16).splits >= 3);
-        // Up to 64 rows, 64-row tiles only.
-        assert_eq!(plan(64, 24576, 1536).bm, 64);
-    }
-
-    #[test]
-    fn every_variant_fits_hopper_shared_memory() {
-        // 227 KiB per block (H100 / H200 opt-in), for every weight block the kernel takes;
-        // the tall tiles and the unaligned widths only where they exist.
-        for block in [
-            (32, 32),
-            (64, 64),
-            (128, 128),
-            (128, 32),
-            (32, 128),
-            (64, 128),
-        ] {
-            for v in &VARIANTS {
-                if !has_variant(v, block) {
-                    continue;
-                }
-                let smem = smem_bytes(v.0, v.1, v.4, block);
-                assert!(smem <= 232_448, "{v:?} {block:?}: {smem}");
-            }
-        }
-        // 128x128 blocks, 128 x 128 tiles: 6 stages of 32 KiB tiles, 516 B of scales
-        // (rounded to 528) and 16 B of barriers each.
-        assert_eq!(
-            smem_bytes(128, 128, 6, (128, 128)),
-            1024 + 6 * (32768 + 528 + 16)
-        );
-        // 144 columns over 128-row blocks span two scale rows; 16 columns sit in one.
-        assert_eq!(scale_rows(144, 128), 2);
-        assert_eq!(scale_rows(16, 128), 1);
-        assert_eq!(scale_rows(128, 32), 4);
-        assert!(has_width(96, (128, 128)) && !has_width(96, (64, 128)));
-        assert!(!has_width(96, (32, 32)) && has_width(16, (32, 32)));
-        assert!(has_width(32, (64, 64)) && !has_width(48, (128, 128)));
-    }
 
     #[test]
     fn tile_rows_option_is_checked_at_build() {
