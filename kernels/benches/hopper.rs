@@ -20,6 +20,8 @@
 //! `HOPPER_BENCH_SWEEP=1`: also time the GEMM alone with every tile (rows x columns) fixed,
 //! with and without K splits, printed as `sweep` lines; `HOPPER_BENCH_REVERSE=1`: build and
 //! time the kernels in the reverse order, to tell a kernel's figure from its place in the run;
+//! `HOPPER_BENCH_SHARED_OUT=1`: one output buffer for every layer of a shape instead of one
+//! each, to tell a layer's figure from where its output lies;
 //! `FP8_BENCH_CSV=path`: also append every point to that CSV, see `common/csv.rs`)
 
 mod common;
@@ -111,6 +113,8 @@ fn main() {
         if std::env::var("HOPPER_BENCH_REVERSE").is_ok_and(|v| v == "1") {
             kernels.reverse();
         }
+        let shared_out = std::env::var("HOPPER_BENCH_SHARED_OUT").is_ok_and(|v| v == "1");
+        let mut shape_out = DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out");
         for (label, entry, max_splits, tile_rows, cluster) in kernels {
             let options = KernelOptions {
                 max_splits,
@@ -126,7 +130,12 @@ fn main() {
                     continue;
                 }
             };
-            let mut out = DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out");
+            let mut own_out = if shared_out {
+                None
+            } else {
+                Some(DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out"))
+            };
+            let out = own_out.as_mut().unwrap_or(&mut shape_out);
             for &m in &ms {
                 if tile_rows.is_some() && m < 128 {
                     continue;
@@ -137,7 +146,7 @@ fn main() {
                     &flush,
                     kernel.as_mut(),
                     &x,
-                    &mut out,
+                    &mut *out,
                     (m, n, k),
                 );
                 match r {
@@ -158,7 +167,7 @@ fn main() {
                         &flush,
                         kernel.as_mut(),
                         q,
-                        &mut out,
+                        &mut *out,
                         (m, n, k),
                     ) {
                         Ok(t) => {
