@@ -53,6 +53,16 @@ impl RowRange {
         self.first <= m && m <= self.last
     }
 
+    /// Whether every row of `inner` is in this range (`const`, for the tables' checks).
+    pub const fn covers(&self, inner: &RowRange) -> bool {
+        self.first <= inner.first && inner.last <= self.last
+    }
+
+    /// Whether both ranges hold the same rows (`==` in a `const` context).
+    pub const fn same(&self, other: &RowRange) -> bool {
+        self.first == other.first && self.last == other.last
+    }
+
     /// The rows both ranges hold, if any.
     pub const fn intersect(&self, other: &RowRange) -> Option<RowRange> {
         let first = if self.first > other.first {

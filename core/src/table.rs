@@ -21,11 +21,6 @@ pub struct Table {
     pub entries: &'static [KernelEntry],
 }
 
-/// Whether `outer` holds every row of `inner` (and more, or the same).
-const fn covers(outer: &RowRange, inner: &RowRange) -> bool {
-    outer.first() <= inner.first() && inner.last() <= outer.last()
-}
-
 impl Table {
     /// Looks an entry up by name.
     /// A kernel listed more than once (for different rows) is found by its widest listing,
@@ -38,7 +33,7 @@ impl Table {
             .filter(|e| e.name.eq_ignore_ascii_case(name))
         {
             match found {
-                Some(f) if !covers(&e.rows, &f.rows) => {}
+                Some(f) if !e.rows.covers(&f.rows) => {}
                 _ => found = Some(e),
             }
         }
@@ -289,7 +284,7 @@ pub mod build {
                 &extra[j - base.len()]
             };
             // A kernel may be listed again for other rows (`Kernel { rows = A..=B }`).
-            if str_eq(other.name, e.name) && rows_eq(&other.rows, &e.rows) {
+            if str_eq(other.name, e.name) && other.rows.same(&e.rows) {
                 let p = head.push("kernel `").push(e.name);
                 let p = if in_base {
                     p.push("` is already in `")
@@ -387,7 +382,7 @@ pub mod build {
     /// A table's rows for kernel `e` (`Kernel { rows = .. }`, `rows` here): not inside the
     /// rows the kernel serves.
     pub const fn rows_problem(table: &str, e: &KernelEntry, rows: RowRange) -> Problem {
-        if super::covers(&e.rows, &rows) {
+        if e.rows.covers(&rows) {
             return Problem::none();
         }
         let p = Problem::table(table)
@@ -396,10 +391,6 @@ pub mod build {
             .push("` serves M = ");
         let p = push_rows(p, &e.rows).push(" (its `rows`), so the table cannot list it for M = ");
         push_rows(p, &rows)
-    }
-
-    const fn rows_eq(a: &RowRange, b: &RowRange) -> bool {
-        a.first() == b.first() && a.last() == b.last()
     }
 
     /// `first..=last`, or `first..` for a range without an upper bound.

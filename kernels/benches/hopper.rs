@@ -114,7 +114,8 @@ fn main() {
             kernels.reverse();
         }
         let shared_out = std::env::var("HOPPER_BENCH_SHARED_OUT").is_ok_and(|v| v == "1");
-        let mut shape_out = DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out");
+        let alloc_out = || DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out");
+        let mut shape_out = shared_out.then(alloc_out);
         for (label, entry, max_splits, tile_rows, cluster) in kernels {
             let options = KernelOptions {
                 max_splits,
@@ -130,12 +131,11 @@ fn main() {
                     continue;
                 }
             };
-            let mut own_out = if shared_out {
-                None
-            } else {
-                Some(DeviceBuffer::<bf16>::zeros(&gpu, max_m * n).expect("alloc out"))
+            let mut own_out = (!shared_out).then(alloc_out);
+            let out = match (own_out.as_mut(), shape_out.as_mut()) {
+                (Some(o), _) | (None, Some(o)) => o,
+                (None, None) => unreachable!("one of the two is allocated"),
             };
-            let out = own_out.as_mut().unwrap_or(&mut shape_out);
             for &m in &ms {
                 if tile_rows.is_some() && m < 128 {
                     continue;
