@@ -320,13 +320,18 @@ fn every_tile_width_matches_the_reference() {
 }
 
 /// A narrow, an unaligned and the widest width (16, 96 and 144 columns) at 64 and 128 rows on
-/// one ragged layer, split and unsplit: the small case the sanitizers run.
+/// two ragged layers, split and unsplit: the small case the sanitizers run. The first layer's
+/// rows (1940 bf16) take the direct stores, the second's (520 f16, 16-byte rows) the staged
+/// epilogue; split partial sums are staged in both.
 #[test]
 fn widths_for_the_sanitizers() {
     let Some(gpu) = hopper("widths_for_the_sanitizers") else {
         return;
     };
-    let layers = [LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16)];
+    let layers = [
+        LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16),
+        LayerConfig::block_128(520, 1100, DType::Bf16, DType::F16),
+    ];
     let widths = [Some(16), Some(96), Some(144)];
     check_tiles(
         &gpu,
@@ -338,14 +343,19 @@ fn widths_for_the_sanitizers() {
     );
 }
 
-/// The tall tiles alone (192 and 256 rows), on one ragged layer: the small case the race
-/// and sync checkers run.
+/// The tall tiles alone (192 and 256 rows), on two ragged layers (direct stores; the staged
+/// epilogue with bias): the small case the race and sync checkers run.
 #[test]
 fn tall_tiles_match_the_reference() {
     let Some(gpu) = hopper("tall_tiles_match_the_reference") else {
         return;
     };
-    let layers = [LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16)];
+    let mut biased = LayerConfig::block_128(904, 1100, DType::Bf16, DType::Bf16);
+    biased.bias = true;
+    let layers = [
+        LayerConfig::block_128(1940, 1100, DType::Bf16, DType::Bf16),
+        biased,
+    ];
     check_tiles(
         &gpu,
         &layers,

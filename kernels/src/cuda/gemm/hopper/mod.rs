@@ -9,7 +9,9 @@
 //! call by [`plan_tile`] so the tiles fill the GPU; the tiles of at most 128 rows and
 //! columns keep two accumulator sets, so one scale block's MMAs run while the previous one
 //! is promoted. Split-K where no tile fills the GPU (each split stores its partial tile to
-//! an f32 workspace, an epilogue kernel sums them in order). On request
+//! an f32 workspace, an epilogue kernel sums them in order). Tiles (and split partial sums)
+//! leave through a small shared buffer per math warp as whole 16-byte row pieces where the
+//! output's row length allows it. On request
 //! ([`KernelOptions::cluster`](fp8_linear_core::KernelOptions)), clusters of two CTAs along M
 //! that load each weight tile once, half each, multicast to both. The GEMM is launched
 //! overlapped with the activation quantization before it (programmatic dependent launch,
@@ -186,7 +188,7 @@ fn load(
         .iter()
         .filter(|v| has_variant(v, block))
         .map(|&(bm, bn, cluster, math_wgs, stages)| {
-            let smem = smem_bytes(bm, bn, stages, block);
+            let smem = smem_bytes((bm, bn, math_wgs), stages, block);
             if smem > optin {
                 return Err(KernelError::backend(
                     NAME,

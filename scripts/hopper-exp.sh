@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# One GPU call of Hopper kernel experiments: kernel source variants timed side by side
+# through the development knob (FP8_LINEAR_CU_DIR), without rebuilding the Rust binaries.
+# Run on the GPU host from the repository root, with the packed bundle
+# (scripts/gpu-bundle.sh --pack) in gpu-bundle/ and the source variants in .exp/NAME/
+# (copies of kernels/src/cuda/cu, one folder each; git-ignored). Each step writes its log
+# under $OUT (or ./exp-out) and a short table is printed last.
+#
+#   scripts/hopper-exp.sh STEP...
+#
+# Steps:
+#   bench:NAME[:ENV=V,...]  the Hopper bench on .exp/NAME (HOPPER_BENCH_SHARED_OUT=1, every
+#                           shape and M unless ENV narrows it, e.g. HOPPER_BENCH_M=4096)
+#   stamps:NAME             clock64 stamps of .exp/NAME (made by scripts/hopper_stamps.py make)
+#                           at M = 64, 512, 4096 on the quick shapes, then their summary
+#   ncu:NAME                Nsight Compute (--clock-control none) of every 256x128 tile launch
+#                           at M = 4096 on the quick shapes: time, DRAM and L2 bytes, store
+#                           requests, medians per bench instance (default, -q, -s1, -256)
+#   test:BIN[:FILTER]       a bundled test binary (FP8_REQUIRE_CUDA=1)
+#   memcheck:BIN[:FILTER]   the same under compute-sanitizer memcheck (racecheck:, synccheck:)
+# HOPPER_EXP_BUDGET=S: start no step after S seconds (the rest are listed as not run).
+set -u
+START=$(date +%s)
+BUDGET=${HOPPER_EXP_BUDGET:-0}
+ROOT=$(pwd)
+OUTD=${OUT:-$ROOT/exp-out}
+mkdir -p "$OUTD"
+export FP8_REQUIRE_CUDA=1 FP8_LINEAR_CACHE_DIR=${FP8_LINEAR_CACHE_DIR:-/tmp/fp8-kernel-cache}
+PATH=$PATH:/usr/local/cuda/bin
+# Unpack the bundle (run.sh --help unpacks on first use and exits).
+gpu-bundle/run.sh --help >/dev/null 2>&1
+U=$ROOT/gpu-bundle/unpacked
+[ -x "$U/benches/hopper" ] || { echo "no bundle at gpu-bundle/ (scripts/gpu-bundle.sh --pack)"; exit 1; }
+TABLE=$OUTD/steps.txt
+: >"$TABLE"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader \
+    | tee "$OUTD/gpu.txt"
+
+step() { # label timeout command...
+    local label=$1 limit=$2
+    shift 2
+    local t0=$(date +%s)
+    timeout "$limit" "$@" >"$OUTD/$label.log" 2>&1
+    local rc=$?
+    printf '%-28s rc=%-4s %5ss\n' "$label" "$rc" "$(($(date +%s) - t0))" | tee -a "$TABLE"
+}
+
+for s in "$@"; do
+    if [ "$BUDGET" -gt 0 ] && [ $(($(date +%s) - START)) -ge "$BUDGET" ]; then
+        echo "$s: not run (HOPPER_EXP_BUDGET=${BUDGET}s spent)" | tee -a "$TABLE"
+        continue
+    fi
+    kind=${s%%:*}
+    rest=${s#*:}
+    case "$kind" in
+    bench)
+        name=${rest%%:*}
+        envs=""
+        [ "$rest" != "$name" ] && envs=${rest#*:}
+        step "bench-$name" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" HOPPER_BENCH_SHARED_OUT=1 \
+            ${envs//,/ } "$U/benches/hopper"
+        ;;
+    stamps)
+        step "stamps-$rest" 240 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$rest" FP8_LINEAR_STAMPS=1 \
+            FP8_BENCH_QUICK=1 HOPPER_BENCH_M=64,512,4096 "$U/benches/hopper"
+        python3 scripts/hopper_stamps.py summary "$OUTD/stamps-$rest.log" >"$OUTD/stamps-$rest.summary" 2>&1
+        ;;
+    ncu)
+        metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,lts__t_sector_hit_rate.pct,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_write.sum,sm__cycles_elapsed.avg.per_second
+        step "ncu-$rest" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$rest" FP8_BENCH_QUICK=1 \
+            HOPPER_BENCH_M=4096 ncu --clock-control none --csv --page raw \
+            -k regex:'^hopper_gemm_bm256_n128$' --metrics "$metrics" "$U/benches/hopper"
+        python3 - "$OUTD/ncu-$rest.log" >"$OUTD/ncu-$rest.summary" 2>&1 <<'PY'
+import csv, statistics, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+rows = list(csv.DictReader(lines))
+rows = [r for r in rows if r.get("Kernel Name", "").startswith("hopper_gemm")]
+# Per quick shape the bench launches this kernel in: Hopper (apply), Hopper-q
+# (apply_quantized), Hopper-s1, Hopper-256, 28 calls each (3 warm-up + 25).
+groups = ["Hopper", "Hopper-q", "Hopper-s1", "Hopper-256"]
+cols = [c for c in rows[0] if "__" in c] if rows else []
+for i in range(0, len(rows), 28):
+    chunk = rows[i:i + 28][3:]
+    g = groups[(i // 28) % 4]
+    shape = i // (28 * 4)
+    def med(c):
+        try:
+            return statistics.median(float(r[c].replace(",", "")) for r in chunk)
+        except ValueError:
+            return float("nan")
+    print(f"shape {shape} {g:<11}", " ".join(f"{c.split('.')[0].split('__')[1]}={med(c):.4g}" for c in cols))
+PY
+        ;;
+    test)
+        bin=${rest%%:*}
+        filt=""
+        [ "$rest" != "$bin" ] && filt=${rest#*:}
+        step "test-$bin${filt:+-$filt}" 420 "$U/tests/$bin" --test-threads=1 --nocapture $filt
+        grep -E "test result|FAILED|panicked" "$OUTD/test-$bin${filt:+-$filt}.log" | head -5
+        ;;
+    memcheck | racecheck | synccheck)
+        bin=${rest%%:*}
+        filt=""
+        [ "$rest" != "$bin" ] && filt=${rest#*:}
+        step "$kind-$bin${filt:+-$filt}" 420 compute-sanitizer --tool "$kind" --error-exitcode 86 \
+            "$U/tests/$bin" --test-threads=1 --nocapture $filt
+        grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|test result" "$OUTD/$kind-$bin${filt:+-$filt}.log" | head -4
+        ;;
+    *) echo "unknown step $s" ;;
+    esac
+done
+echo "== steps"
+cat "$TABLE"
