@@ -105,9 +105,11 @@ rep("""    epilogue:
         const int uu = (u - sc.first) / sc.step;
         if (rec >= 0 && uu < 1024) hsu[rec][0][uu] = st_clk();
         if (live == 0) continue;""")
-rep("""        store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, M, N);
+rep("""            store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, M, N);
+        }
     }
-}""", """        store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, M, N);
+}""", """            store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, M, N);
+        }
         if (rec >= 0 && uu < 1024) hsu[rec][1][uu] = st_clk();
     }
 }""")
