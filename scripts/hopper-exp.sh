@@ -70,15 +70,16 @@ for s in "$@"; do
         step "ncu-$rest" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$rest" FP8_BENCH_QUICK=1 \
             HOPPER_BENCH_M=4096 ncu --clock-control none --csv --page raw \
             -k regex:'^hopper_gemm_bm256_n128$' --metrics "$metrics" "$U/benches/hopper"
-        python3 - "$OUTD/ncu-$rest.log" >"$OUTD/ncu-$rest.summary" 2>&1 <<'PY'
+        python3 - "$OUTD/ncu-$rest.log" "$metrics" >"$OUTD/ncu-$rest.summary" 2>&1 <<'PY'
 import csv, statistics, sys
 lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+wanted = sys.argv[2].split(",")
 rows = list(csv.DictReader(lines))
 rows = [r for r in rows if r.get("Kernel Name", "").startswith("hopper_gemm")]
 # Per quick shape the bench launches this kernel in: Hopper (apply), Hopper-q
 # (apply_quantized), Hopper-s1, Hopper-256, 28 calls each (3 warm-up + 25).
 groups = ["Hopper", "Hopper-q", "Hopper-s1", "Hopper-256"]
-cols = [c for c in rows[0] if "__" in c] if rows else []
+cols = [c for c in wanted if rows and c in rows[0]]
 for i in range(0, len(rows), 28):
     chunk = rows[i:i + 28][3:]
     g = groups[(i // 28) % 4]
@@ -88,7 +89,7 @@ for i in range(0, len(rows), 28):
             return statistics.median(float(r[c].replace(",", "")) for r in chunk)
         except ValueError:
             return float("nan")
-    print(f"shape {shape} {g:<11}", " ".join(f"{c.split('.')[0].split('__')[1]}={med(c):.4g}" for c in cols))
+    print(f"shape {shape} {g:<11}", " ".join(f"{c}={med(c):.4g}" for c in cols))
 PY
         ;;
     test)

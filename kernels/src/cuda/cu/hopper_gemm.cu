@@ -508,11 +508,11 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
         }
     epilogue:
         if (live == 0) continue;
-        // (Tiles of more than 128 rows are never split: the host plans them with one split,
-        // and the reduction's registers would spill.)
-        int wrow[WAVES];
+        int wrow[WAVES];  // the warp's first row in each wave
 #pragma unroll
         for (int v = 0; v < WAVES; ++v) wrow[v] = r0[v] - lane / 4;
+        // (Tiles of more than 128 rows are never split: the host plans them with one split,
+        // and the reduction's registers would spill.)
         if constexpr (BM <= 128 && WAVES == 1) {
             if (split) {
                 // This split's partial sums; `hopper_finalize_*` adds the splits in order.
