@@ -109,7 +109,8 @@ fn runnable_entries(gpu: &Gpu) -> Vec<&'static KernelEntry> {
         }
         for e in t.entries {
             if runs_on(e, cap) && !v.iter().any(|x| x.name == e.name) {
-                v.push(e);
+                // A kernel listed for some rows and again for the rest: its widest listing.
+                v.push(t.entry(e.name).unwrap_or(e));
             }
         }
     }

@@ -379,7 +379,8 @@ pub fn first_nan(v: &[f32]) -> Option<usize> {
     v.iter().position(|x| x.is_nan())
 }
 
-/// Every CUDA entry of the built-in tables, each kernel once (in table order).
+/// Every CUDA entry of the built-in tables, each kernel once (in table order), by its widest
+/// listing (a kernel listed for some rows and again for the rest runs every M it serves).
 pub fn cuda_entries() -> Vec<&'static KernelEntry> {
     let mut v: Vec<&'static KernelEntry> = Vec::new();
     for t in fp8_linear::tables::BUILTIN.tables() {
@@ -388,7 +389,7 @@ pub fn cuda_entries() -> Vec<&'static KernelEntry> {
         }
         for e in t.entries {
             if !v.iter().any(|x| x.name == e.name) {
-                v.push(e);
+                v.push(t.entry(e.name).unwrap_or(e));
             }
         }
     }

@@ -25,9 +25,9 @@ use fp8_linear::cuda::interop::cudarc::driver::{sys, CudaGraph, CudaStream};
 use fp8_linear::cuda::interop::Gpu;
 use fp8_linear::{
     Capability, DType, KernelEntry, KernelError, KernelOptions, LayerConfig, Linear, Options,
-    Platform, QuantKey, Target, Tensor, TensorMut,
+    QuantKey, Target, Tensor, TensorMut,
 };
-use fp8_linear_tests::gpu::{entry_rel_err, gpu_or_skip, upload_as, AnyBuffer};
+use fp8_linear_tests::gpu::{cuda_entries, entry_rel_err, gpu_or_skip, upload_as, AnyBuffer};
 use fp8_linear_tests::layers::{random_activations, reference_rows, HostLayer, WeightGen};
 use half::bf16;
 
@@ -66,20 +66,10 @@ fn layer_kinds() -> Vec<(&'static str, LayerConfig)> {
 /// Every CUDA entry of the built-in tables that runs on a GPU of capability `cap`
 /// (natively or forced), each kernel once, in table order.
 fn runnable_entries(cap: Capability) -> Vec<&'static KernelEntry> {
-    let mut v: Vec<&'static KernelEntry> = Vec::new();
-    for t in fp8_linear::tables::BUILTIN.tables() {
-        if t.platform != Platform::Cuda {
-            continue;
-        }
-        for e in t.entries {
-            let runs =
-                e.arch.matches(Some(cap)) || e.force_arch.is_some_and(|a| a.matches(Some(cap)));
-            if runs && !v.iter().any(|x| x.name == e.name) {
-                v.push(e);
-            }
-        }
-    }
-    v
+    cuda_entries()
+        .into_iter()
+        .filter(|e| e.arch.matches(Some(cap)) || e.force_arch.is_some_and(|a| a.matches(Some(cap))))
+        .collect()
 }
 
 /// Captures `forward` on `stream` in thread-local mode; the capture ends whatever happened.
