@@ -39,6 +39,17 @@ impl Table {
         }
         found
     }
+
+    /// Each kernel of the table once, in table order (of its first listing), by its widest
+    /// listing ([`Table::entry`]): the entries to build when a kernel should serve every M it
+    /// can, not only the rows of one listing.
+    pub fn kernels(&self) -> impl Iterator<Item = &'static KernelEntry> + '_ {
+        let entries: &'static [KernelEntry] = self.entries;
+        entries.iter().enumerate().filter_map(move |(i, e)| {
+            let first = !entries[..i].iter().any(|x| x.name == e.name);
+            first.then(|| self.entry(e.name).unwrap_or(e))
+        })
+    }
 }
 
 /// A set of tables of one kind, one per (platform, family); selection picks the one for
@@ -606,6 +617,9 @@ mod tests {
         let h = t.entry("h").expect("listed");
         assert_eq!((h.priority, h.rows), (3, RowRange::ALL));
         assert_eq!(t.entry("L").map(|e| e.priority), Some(2));
+        // Each kernel once, in the order of its first listing, by its widest listing.
+        let kernels: Vec<(&str, u16)> = t.kernels().map(|e| (e.name, e.priority)).collect();
+        assert_eq!(kernels, [("H", 3), ("L", 2)]);
     }
 
     #[test]

@@ -107,10 +107,9 @@ fn runnable_entries(gpu: &Gpu) -> Vec<&'static KernelEntry> {
         if t.platform != Platform::Cuda {
             continue;
         }
-        for e in t.entries {
+        for e in t.kernels() {
             if runs_on(e, cap) && !v.iter().any(|x| x.name == e.name) {
-                // A kernel listed for some rows and again for the rest: its widest listing.
-                v.push(t.entry(e.name).unwrap_or(e));
+                v.push(e);
             }
         }
     }

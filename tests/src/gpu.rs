@@ -387,9 +387,9 @@ pub fn cuda_entries() -> Vec<&'static KernelEntry> {
         if t.platform != fp8_linear::Platform::Cuda {
             continue;
         }
-        for e in t.entries {
+        for e in t.kernels() {
             if !v.iter().any(|x| x.name == e.name) {
-                v.push(t.entry(e.name).unwrap_or(e));
+                v.push(e);
             }
         }
     }
