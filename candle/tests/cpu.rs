@@ -644,14 +644,18 @@ fn pre_quantized_activations_and_silu_mul() {
                 let mut aq =
                     ActivationQuantizer::new(&fp8_linear::Target::cpu(), &c32, &statics).unwrap();
                 let shape = fp8_linear::validate::activation_scale_shape(&c, m).unwrap();
-                let xf = to_f32(&x);
-                let (mut qc, mut qs) = (vec![0u8; m * k], vec![0f32; shape[0] * shape[1]]);
-                aq.quantize(
-                    &fp8_linear::Tensor::f32(&xf, [m, k]),
-                    &mut TensorMut::fp8(&mut qc, [m, k]),
-                    &mut TensorMut::f32(&mut qs, shape),
-                )
-                .unwrap();
+                // The layer's quantizer on f32 values `[m, k]`: (codes, scales).
+                let mut quantize = |v: &[f32]| {
+                    let (mut qc, mut qs) = (vec![0u8; m * k], vec![0f32; shape[0] * shape[1]]);
+                    aq.quantize(
+                        &fp8_linear::Tensor::f32(v, [m, k]),
+                        &mut TensorMut::fp8(&mut qc, [m, k]),
+                        &mut TensorMut::f32(&mut qs, shape),
+                    )
+                    .unwrap();
+                    (qc, qs)
+                };
+                let (qc, qs) = quantize(&to_f32(&x));
                 let codes = Tensor::from_vec(qc, dims(k).as_slice(), &Device::Cpu).unwrap();
                 let sdims = if shape[0] == m {
                     dims(shape[1])
@@ -686,13 +690,7 @@ fn pre_quantized_activations_and_silu_mul() {
                     .map(|e| silu_mul(g[(e / k) * 2 * k + e % k], g[(e / k) * 2 * k + k + e % k]))
                     .collect();
                 // The codes and scales are the layer's quantizer on h unrounded, bit for bit.
-                let (mut hc, mut hs) = (vec![0u8; m * k], vec![0f32; shape[0] * shape[1]]);
-                aq.quantize(
-                    &fp8_linear::Tensor::f32(&h, [m, k]),
-                    &mut TensorMut::fp8(&mut hc, [m, k]),
-                    &mut TensorMut::f32(&mut hs, shape),
-                )
-                .unwrap();
+                let (hc, hs) = quantize(&h);
                 let u8s = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<u8>().unwrap();
                 assert_eq!(u8s(&codes), hc, "{what}: silu_mul codes != quantize(h)");
                 let sbits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
