@@ -4,7 +4,8 @@
 # Run on the GPU host from the repository root, with the packed bundle
 # (scripts/gpu-bundle.sh --pack) in gpu-bundle/ and the source variants in .exp/NAME/
 # (copies of kernels/src/cuda/cu, one folder each; git-ignored). Each step writes its log
-# under $OUT (or ./exp-out) and a short table is printed last.
+# under $OUT (or ./exp-out); at the end the logs go into logs.tar.xz and the summaries into
+# report.txt (a device call returns at most 8 files), and a short table is printed last.
 #
 #   scripts/hopper-exp.sh STEP...
 #
@@ -110,5 +111,18 @@ PY
     *) echo "unknown step $s" ;;
     esac
 done
-echo "== steps"
+# A device call brings back at most 8 files: every log goes into one archive, the summaries
+# (stamps, ncu, each bench's summary table, test results) into report.txt beside the step table.
+cd "$OUTD"
+{
+    for f in *.summary; do [ -e "$f" ] && { echo "== $f"; cat "$f"; }; done
+    for f in bench-*.log; do [ -e "$f" ] && { echo "== $f"; sed -n '/== summary/,$p' "$f"; }; done
+    for f in test-*.log memcheck-*.log racecheck-*.log synccheck-*.log; do
+        [ -e "$f" ] && { echo "== $f"; grep -hE "test result|FAILED|panicked|ERROR SUMMARY|RACECHECK SUMMARY" "$f" | head -8; }
+    done
+} >report.txt
+logs=$(ls ./*.log ./*.summary 2>/dev/null || true)
+[ -n "$logs" ] && tar -cJf logs.tar.xz $logs && rm -f $logs
+cd "$ROOT"
+echo "== steps (logs in logs.tar.xz, summaries in report.txt)"
 cat "$TABLE"
