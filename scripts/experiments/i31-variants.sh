@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 31 (decode near the weight-read floor), the experiment prepared without device time on
+# 2026-12-04, measured on none yet. `i31-wgmma-decode.patch` (beside this script, made against
+# main at fb05555; applies with or without the issue 30 patch) moves `DecodeBlockFp8` from
+# mma.sync (which runs e4m3 as conversions and f16 MMAs on sm_90: 48 HMMA and 216 F2FP per
+# unrolled loop of the 16-row kernel) to native FP8 wgmma with the weight in registers (swap
+# AB: m64n8k32 / m64n16k32, the activation codes in wgmma's swizzled B layout); prediction in
+# docs/perf-log.md ("Issue 31, CPU side"). Its host model (tests/tests/decode_host_model.rs,
+# wgmma emulated by the PTX fragment layouts) passes on the CPU; on the GPU it is untried.
+# This script writes, after `git apply` of the patch, the comparison variant that the decode
+# bench times from the same bundle:
+#   .exp/decode-mma  the patched sources with main's mma.sync decode_gemm.cu (the baseline)
+# Then, from a clean tree with the patch applied:
+#   scripts/gpu-bundle.sh --pack && scripts/experiments/i31-variants.sh
+#   GPU call 1 (carry gpu-bundle): correctness first,
+#     OUT=$OUT FP8_RUN_BUDGET=500 gpu-bundle/run.sh --only=gpu_decode,gpu_graph --memcheck \
+#       --racecheck=gpu_decode:every_m --synccheck=gpu_decode:every_m
+#   GPU call 2 (carry gpu-bundle and .exp): the decode bench, new and baseline in one call,
+#     U=gpu-bundle/unpacked; $U/benches/decode > $OUT/decode-wgmma.log;
+#     FP8_LINEAR_CU_DIR=$PWD/.exp/decode-mma $U/benches/decode > $OUT/decode-mma.log
+# If the first call's results are wrong everywhere, suspect first the one layout the host
+# model cannot confirm: wgmma's register fragment of an 8-bit A (taken as mma.m16n8k32's, per
+# warp: lane 4g + q holds row g, columns 4q.. (a[0]) and 16 + 4q.. (a[2]), row g + 8 in a[1],
+# a[3]).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SRC=kernels/src/cuda/cu
+grep -q 'WgmmaRs<ROWS>' "$SRC/decode_gemm.cu" || {
+    echo "apply scripts/experiments/i31-wgmma-decode.patch first"
+    exit 1
+}
+rm -rf .exp/decode-mma
+mkdir -p .exp
+cp -r "$SRC" .exp/decode-mma
+git show "HEAD:$SRC/decode_gemm.cu" >.exp/decode-mma/decode_gemm.cu
