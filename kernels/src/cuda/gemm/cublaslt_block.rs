@@ -109,7 +109,7 @@ impl Recipe for State {
     /// The padded output's address when M is not a multiple of [`M_MULTIPLE`].
     type Scratch = Option<u64>;
 
-    fn plan(&self, _: Call<'_>, _: &()) -> Result<(), KernelError> {
+    fn plan(&mut self, _: Call<'_>, _: &()) -> Result<(), KernelError> {
         Ok(())
     }
 

@@ -125,7 +125,7 @@ impl Recipe for State {
     /// The addresses of the codes, the activation scales and the absmax.
     type Scratch = (u64, u64, u64);
 
-    fn plan(&self, _: Call<'_>, _: &()) -> Result<(), KernelError> {
+    fn plan(&mut self, _: Call<'_>, _: &()) -> Result<(), KernelError> {
         Ok(())
     }
 

@@ -228,7 +228,7 @@ impl Recipe for State {
          codes yet; build the layer with the plan's next block kernel for pre-quantized calls",
     );
 
-    fn plan(&self, call: Call<'_>, max_splits: &usize) -> Result<Plan, KernelError> {
+    fn plan(&mut self, call: Call<'_>, max_splits: &usize) -> Result<Plan, KernelError> {
         let (c, gpu, m) = (call.c, call.gpu, call.m);
         Ok(Plan::new(c, gpu, *max_splits, m))
     }

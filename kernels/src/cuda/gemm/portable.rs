@@ -179,7 +179,7 @@ impl Recipe for State {
     /// The split-K workspace's address (0 without a split).
     type Scratch = u64;
 
-    fn plan(&self, call: Call<'_>, forced: &Self::Knobs) -> Result<Plan, KernelError> {
+    fn plan(&mut self, call: Call<'_>, forced: &Self::Knobs) -> Result<Plan, KernelError> {
         let (c, gpu, m) = (call.c, call.gpu, call.m);
         let p = self.launch(c, gpu, *forced, m);
         if p.gm > 65535 {

@@ -101,7 +101,7 @@ pub trait Recipe: Send {
     const NO_PRE_QUANTIZED: Option<&'static str> = None;
 
     /// The launch of a call.
-    fn plan(&self, call: Call<'_>, knobs: &Self::Knobs) -> Result<Self::Plan, KernelError>;
+    fn plan(&mut self, call: Call<'_>, knobs: &Self::Knobs) -> Result<Self::Plan, KernelError>;
 
     /// Makes everything the call needs ready (scratch, workspaces, library plans): allocates
     /// only when too small, which is refused while the stream is being captured.

@@ -1,15 +1,13 @@
 //! What the cuBLASLt kernels share: the layer checks of cuBLASLt's FP8 GEMM and
 //! [`LtGemm`], a layer's GEMM with its cuBLASLt handle and plans by M.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use fp8_linear_core::{DType, LayerConfig, Unsupported};
 use fp8_linear_cuda::cublaslt::{Fp8GemmPlan, Fp8GemmShape, Lt, ScaleMode};
 use fp8_linear_cuda::{CudaError, Gpu};
 
-/// Most M values whose cuBLASLt plans are kept per layer (all are dropped when full).
-const MAX_PLANS: usize = 64;
+use super::plans_by_m::PlansByM;
 
 /// The checks every cuBLASLt FP8 layer ends with: N a multiple of 16, no bias.
 pub const fn lt_layer_checks(config: &LayerConfig) -> Result<(), Unsupported> {
@@ -29,7 +27,7 @@ pub const fn lt_layer_checks(config: &LayerConfig) -> Result<(), Unsupported> {
 ///
 /// Plans are made on first use of an M ([`LtGemm::plan`]); making one is refused while the
 /// stream is being captured. Plans for M up to [`LtGemm::pin_up_to`] are never dropped;
-/// beyond that at most 64 others are kept.
+/// beyond that at most 64 others are kept ([`PlansByM`]).
 pub struct LtGemm {
     lt: Arc<Lt>,
     gpu: Arc<Gpu>,
@@ -37,8 +35,7 @@ pub struct LtGemm {
     ldk: usize,
     out: DType,
     modes: (ScaleMode, ScaleMode),
-    plans: HashMap<usize, Fp8GemmPlan>,
-    pinned: usize,
+    plans: PlansByM<Fp8GemmPlan>,
 }
 
 impl LtGemm {
@@ -56,14 +53,13 @@ impl LtGemm {
             ldk,
             out: config.output_dtype,
             modes,
-            plans: HashMap::new(),
-            pinned: 0,
+            plans: PlansByM::default(),
         })
     }
 
     /// Keeps the plans of every M up to `m` from now on (`prepare`).
     pub fn pin_up_to(&mut self, m: usize) {
-        self.pinned = self.pinned.max(m);
+        self.plans.pin_up_to(m);
     }
 
     /// Makes the plan for `m` rows (and the stream's cuBLASLt workspace) ready, unless it
@@ -71,16 +67,17 @@ impl LtGemm {
     /// [`CudaError::Capturing`]. `weight_scales` and `act_scales` are the scale addresses
     /// the calls will use (cuBLASLt's heuristic wants them for vector and block modes).
     pub fn plan(&mut self, m: usize, weight_scales: u64, act_scales: u64) -> Result<(), CudaError> {
-        if self.plans.contains_key(&m) {
-            return Ok(());
-        }
-        self.gpu
-            .refuse_in_capture(|| format!("make a cuBLASLt plan for M = {m}"))?;
-        self.lt.reserve_workspace(self.gpu.raw_stream())?;
-        if self.plans.len() >= MAX_PLANS + self.pinned {
-            let pinned = self.pinned;
-            self.plans.retain(|&k, _| k <= pinned);
-        }
+        self.planned(m, weight_scales, act_scales).map(|_| ())
+    }
+
+    /// The plan for `m` rows, made first if need be (see [`LtGemm::plan`]).
+    fn planned(
+        &mut self,
+        m: usize,
+        weight_scales: u64,
+        act_scales: u64,
+    ) -> Result<&mut Fp8GemmPlan, CudaError> {
+        let (lt, gpu) = (&self.lt, &self.gpu);
         let shape = Fp8GemmShape {
             m,
             n: self.n,
@@ -91,9 +88,11 @@ impl LtGemm {
             weight_scale: self.modes.0,
             act_scale: self.modes.1,
         };
-        let plan = Fp8GemmPlan::new(&self.lt, shape, weight_scales, act_scales)?;
-        self.plans.insert(m, plan);
-        Ok(())
+        self.plans.get_or_make(m, || {
+            gpu.refuse_in_capture(|| format!("make a cuBLASLt plan for M = {m}"))?;
+            lt.reserve_workspace(gpu.raw_stream())?;
+            Fp8GemmPlan::new(lt, shape, weight_scales, act_scales)
+        })
     }
 
     /// Runs the GEMM for `m` rows on the layer's stream, planning it first if need be (see
@@ -112,9 +111,8 @@ impl LtGemm {
         act_scales: u64,
         out: u64,
     ) -> Result<(), CudaError> {
-        self.plan(m, weight_scales, act_scales)?;
         let stream = self.gpu.raw_stream();
-        let plan = self.plans.get_mut(&m).expect("planned above");
+        let plan = self.planned(m, weight_scales, act_scales)?;
         // SAFETY: the caller vouches for every address; the stream is the layer's.
         unsafe { plan.run(weight, weight_scales, act, act_scales, out, stream) }
     }

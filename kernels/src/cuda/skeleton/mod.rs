@@ -6,7 +6,8 @@
 //! - `weights`: weights on the device; `device_io`: tensors as device memory of the layer's
 //!   GPU, row-count checks, downloads; `launch`: functions per output dtype, grids and
 //!   launches with named errors; `lt_gemm`: the cuBLASLt kernels' checks and GEMM with its
-//!   plans by M; `scratch`, `dtype`, `error` (the one CUDA-error-to-kernel-error conversion).
+//!   plans by M (`plans_by_m`, which the Hopper kernel's launch plans use too); `scratch`,
+//!   `dtype`, `error` (the one CUDA-error-to-kernel-error conversion).
 
 pub(crate) mod block;
 pub(crate) mod device_io;
@@ -15,5 +16,6 @@ pub(crate) mod error;
 pub(crate) mod launch;
 pub(crate) mod layer;
 pub(crate) mod lt_gemm;
+pub(crate) mod plans_by_m;
 pub(crate) mod scratch;
 pub(crate) mod weights;

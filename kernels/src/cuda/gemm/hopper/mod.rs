@@ -41,6 +41,7 @@ use crate::cuda::skeleton::dtype::float_index;
 use crate::cuda::skeleton::error::{be, be_at};
 use crate::cuda::skeleton::launch::{elementwise, grid, launch, launch_overlapped, param};
 use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
+use crate::cuda::skeleton::plans_by_m::PlansByM;
 use crate::cuda::skeleton::scratch::Scratch;
 
 /// The Hopper module spec (compiled for `sm_90a`), registered in [`crate::cuda::sources`].
@@ -100,6 +101,10 @@ struct State {
     ws: Scratch<f32>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
+    /// Launch plans by M, with the knobs each was made for: planning weighs every tile and K
+    /// split (1.4-2.2 us of host time per call on the 2-core development machine, release
+    /// build), a kept plan is a lookup.
+    plans: PlansByM<(Knobs, Plan)>,
 }
 
 impl HopperBlockFp8 {
@@ -253,6 +258,7 @@ impl Fp8Kernel for HopperBlockFp8 {
             finalize,
             ws: Scratch::default(),
             ta: None,
+            plans: PlansByM::default(),
         });
         Ok(())
     }
@@ -269,9 +275,17 @@ impl Recipe for State {
     /// The split-K workspace's address (0 without a split).
     type Scratch = u64;
 
-    fn plan(&self, call: Call<'_>, knobs: &Self::Knobs) -> Result<Plan, KernelError> {
-        let (c, gpu, m) = (call.c, call.gpu, call.m);
-        let p = self.launch(c, gpu, *knobs, m);
+    fn plan(&mut self, call: Call<'_>, knobs: &Self::Knobs) -> Result<Plan, KernelError> {
+        let (c, gpu, m, knobs) = (call.c, call.gpu, call.m, *knobs);
+        let variants = &self.variants;
+        let make = || launch_plan(variants, c, gpu, knobs, m);
+        let kept = self
+            .plans
+            .get_or_make(m, || Ok::<_, KernelError>((knobs, make())))?;
+        if kept.0 != knobs {
+            *kept = (knobs, make());
+        }
+        let p = kept.1;
         if p.units > i32::MAX as usize {
             // The kernel numbers its work units with 32-bit integers.
             return Err(call.too_many_rows(
@@ -293,9 +307,10 @@ impl Recipe for State {
         call.workspace(NAME, &mut self.ws, len, p.splits)
     }
 
-    fn keep_retired(&mut self, _max_m: usize) {
+    fn keep_retired(&mut self, max_m: usize) {
         self.block.keep_retired();
         self.ws.keep_retired();
+        self.plans.pin_up_to(max_m);
     }
 
     fn enqueue(&mut self, call: Call<'_>, p: Plan, ws: u64, io: Io) -> Result<(), KernelError> {
@@ -441,6 +456,7 @@ type Knobs = (usize, Option<usize>, Option<usize>, Option<usize>, bool);
 
 /// The launch of a call: tile variant, K split and work units (of clusters, for a
 /// clustered variant).
+#[derive(Copy, Clone, Debug, PartialEq)]
 struct Plan {
     variant: usize,
     splits: usize,
@@ -450,56 +466,49 @@ struct Plan {
     overlap: bool,
 }
 
-impl State {
-    /// The launch for `m` rows: the tile and K split of [`plan_tile`] among the variants
-    /// without clusters (a height or width fixed by the options narrows the choice; `knobs`
-    /// = (max splits, tile rows, tile columns, cluster, overlap)); clusters of two only when
-    /// the options ask and the tile has them (on the H200 they measured no faster: see
-    /// [`VARIANTS`]), their K split planned over the same tiles.
-    fn launch(&self, c: &LayerConfig, gpu: &Gpu, knobs: Knobs, m: usize) -> Plan {
-        let (max_splits, tile_rows, tile_cols, cluster, overlap) = knobs;
-        let sms = gpu.device().sm_count.max(1) as usize;
-        let fits = |v: &Variant| {
-            v.cluster == 1
-                && tile_rows.is_none_or(|r| v.bm == r)
-                && tile_cols.is_none_or(|w| v.bn == w)
-        };
-        let mut tiles: Vec<(usize, usize)> = self
-            .variants
+/// The launch for `m` rows over the layer's `variants`: the tile and K split of
+/// [`plan_tile`] among the variants without clusters (a height or width fixed by the options narrows the choice; `knobs`
+/// = (max splits, tile rows, tile columns, cluster, overlap)); clusters of two only when
+/// the options ask and the tile has them (on the H200 they measured no faster: see
+/// [`VARIANTS`]), their K split planned over the same tiles.
+fn launch_plan(variants: &[Variant], c: &LayerConfig, gpu: &Gpu, knobs: Knobs, m: usize) -> Plan {
+    let (max_splits, tile_rows, tile_cols, cluster, overlap) = knobs;
+    let sms = gpu.device().sm_count.max(1) as usize;
+    let fits = |v: &Variant| {
+        v.cluster == 1 && tile_rows.is_none_or(|r| v.bm == r) && tile_cols.is_none_or(|w| v.bn == w)
+    };
+    let mut tiles: Vec<(usize, usize)> = variants
+        .iter()
+        .filter(|v| fits(v))
+        .map(|v| (v.bm, v.bn))
+        .collect();
+    if tiles.is_empty() {
+        // A fixed width the fixed height lacks: the height's own widths, chosen as usual.
+        tiles = variants
             .iter()
-            .filter(|v| fits(v))
+            .filter(|v| v.cluster == 1 && tile_rows.is_none_or(|r| v.bm == r))
             .map(|v| (v.bm, v.bn))
             .collect();
-        if tiles.is_empty() {
-            // A fixed width the fixed height lacks: the height's own widths, chosen as usual.
-            tiles = self
-                .variants
+    }
+    let t = plan_tile(m, c.n, c.k, sms, &tiles, max_splits);
+    let want = cluster.unwrap_or(1);
+    let variant = variants
+        .iter()
+        .position(|v| v.bm == t.bm && v.bn == t.bn && v.cluster == want)
+        .or_else(|| {
+            variants
                 .iter()
-                .filter(|v| v.cluster == 1 && tile_rows.is_none_or(|r| v.bm == r))
-                .map(|v| (v.bm, v.bn))
-                .collect();
-        }
-        let t = plan_tile(m, c.n, c.k, sms, &tiles, max_splits);
-        let want = cluster.unwrap_or(1);
-        let variant = self
-            .variants
-            .iter()
-            .position(|v| v.bm == t.bm && v.bn == t.bn && v.cluster == want)
-            .or_else(|| {
-                self.variants
-                    .iter()
-                    .position(|v| v.bm == t.bm && v.bn == t.bn && v.cluster == 1)
-            })
-            .expect("plan_tile picks among the layer's variants");
-        let cl = self.variants[variant].cluster;
-        let tiles = m.div_ceil(t.bm).div_ceil(cl) * c.n.div_ceil(t.bn);
-        Plan {
-            variant,
-            splits: t.splits,
-            kb_per_split: t.kb_per_split,
-            units: tiles * t.splits,
-            overlap,
-        }
+                .position(|v| v.bm == t.bm && v.bn == t.bn && v.cluster == 1)
+        })
+        .expect("plan_tile picks among the layer's variants");
+    let cl = variants[variant].cluster;
+    let tiles = m.div_ceil(t.bm).div_ceil(cl) * c.n.div_ceil(t.bn);
+    Plan {
+        variant,
+        splits: t.splits,
+        kb_per_split: t.kb_per_split,
+        units: tiles * t.splits,
+        overlap,
     }
 }
 

@@ -311,7 +311,7 @@ impl Recipe for State {
     );
 
     /// The launch plan of a call of `m` rows.
-    fn plan(&self, call: Call<'_>, tuning: &MarlinPipeline) -> Result<LaunchPlan, KernelError> {
+    fn plan(&mut self, call: Call<'_>, tuning: &MarlinPipeline) -> Result<LaunchPlan, KernelError> {
         let (gpu, m) = (call.gpu, call.m);
         LaunchPlan::new(
             m,
