@@ -18,10 +18,11 @@
 #   GPU call 2 (carry gpu-bundle and .exp): the decode bench, new and baseline in one call,
 #     U=gpu-bundle/unpacked; $U/benches/decode > $OUT/decode-wgmma.log;
 #     FP8_LINEAR_CU_DIR=$PWD/.exp/decode-mma $U/benches/decode > $OUT/decode-mma.log
-# If the first call's results are wrong everywhere, suspect first the one layout the host
-# model cannot confirm: wgmma's register fragment of an 8-bit A (taken as mma.m16n8k32's, per
-# warp: lane 4g + q holds row g, columns 4q.. (a[0]) and 16 + 4q.. (a[2]), row g + 8 in a[1],
-# a[3]).
+# If the first call's results are wrong everywhere, suspect first what the host model takes
+# as given: wgmma's register fragment of an 8-bit A (per warp, lane 4g + q holds row g,
+# columns 4q.. (a[0]) and 16 + 4q.. (a[2]), row g + 8 in a[1], a[3]; CUTLASS's ALayout_64x32
+# for 8-bit register A decodes to the same), and the 128-byte swizzle of a B operand written
+# with ordinary stores (chunk c of row r at c ^ (r % 8), as TMA writes the Hopper GEMM's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=kernels/src/cuda/cu
