@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -37,6 +38,8 @@ inline Dim3 gridDim, blockDim;
 #define __launch_bounds__(threads, blocks)
 #define __align__(n) alignas(n)
 #define __restrict__ __restrict
+#define __grid_constant__
+#define __cluster_dims__(x, y, z)
 
 struct alignas(8) float2 {
     float x, y;
@@ -164,7 +167,8 @@ inline u32 __shfl_xor_sync(unsigned, u32 v, int o) {
 }
 
 // cp.async: a thread's copies wait in its open group until committed, and land when
-// cp_wait lets their group go (zero fill included).
+// cp_wait lets their group go (zero fill included), or all at once before the thread's
+// mbarrier arrival on their completion (host_cp_land_all).
 struct PendingCopy {
     u32 dst;
     const void* src;
@@ -196,6 +200,12 @@ inline void host_cp_wait(int n) {
         }
         groups_done++;
     }
+}
+
+// Lands every copy of this thread, committed or not (cp.async.mbarrier.arrive).
+inline void host_cp_land_all() {
+    host_cp_commit();
+    host_cp_wait(0);
 }
 
 // Runs `kernel` (a callable run by every thread) over a grid of `threads`-thread blocks, the

@@ -135,6 +135,68 @@ impl Drop for HostModel {
     }
 }
 
+/// Runs `model` on `input` (run `tag`) and returns its outputs: `launches` calls of `m` x `n`
+/// elements of dtype `out`, each as f32. Fails the test, naming the call `what`, when the model
+/// failed, an output has another size, or (`identical`) a launch (another block order)
+/// differs from the first bit for bit.
+#[allow(clippy::too_many_arguments)]
+pub fn model_outputs(
+    model: &HostModel,
+    input: &[u8],
+    tag: &str,
+    what: &str,
+    launches: usize,
+    (m, n): (usize, usize),
+    out: DType,
+    identical: bool,
+) -> Vec<Vec<f32>> {
+    let raw = model
+        .run(input, tag)
+        .unwrap_or_else(|e| panic!("{what}: the host model failed: {e}"));
+    let per = m * n * if out == DType::F32 { 4 } else { 2 };
+    assert_eq!(raw.len(), launches * per, "{what}");
+    if identical {
+        for l in 1..launches {
+            assert!(
+                raw[..per] == raw[l * per..(l + 1) * per],
+                "{what}: launch {l} (another block order) differs from launch 0"
+            );
+        }
+    }
+    raw.chunks(per.max(1))
+        .take(launches)
+        .map(|r| decode_output(r, out))
+        .collect()
+}
+
+/// The float index of dtype `d` that the kernel modules take (`-DHOPPER_OUT=`, `-DDEC_IN=`...):
+/// 0 f32, 1 f16, 2 bf16.
+pub fn float_index(d: DType) -> usize {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        _ => 2,
+    }
+}
+
+/// The input of a block GEMM's driver: its parameters (as i32), then the activation codes and
+/// scales, the weight codes and scales and the bias (f32 each but the codes).
+pub fn gemm_input(
+    params: &[usize],
+    (a, a_scales): (&[u8], &[f32]),
+    (w, w_scales): (&[u8], &[f32]),
+    bias: &[f32],
+) -> Vec<u8> {
+    let mut input = Vec::new();
+    section(&mut input, &le(params, |&v| (v as i32).to_le_bytes()));
+    section(&mut input, a);
+    section(&mut input, &le(a_scales, |v| v.to_le_bytes()));
+    section(&mut input, w);
+    section(&mut input, &le(w_scales, |v| v.to_le_bytes()));
+    section(&mut input, &le(bias, |v| v.to_le_bytes()));
+    input
+}
+
 /// Appends one input section: its byte count (u64, little-endian), then the bytes.
 pub fn section(buf: &mut Vec<u8>, bytes: &[u8]) {
     buf.extend((bytes.len() as u64).to_le_bytes());
@@ -202,17 +264,17 @@ pub fn random_block_scales(count: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// The f64 block-scaled reference of FP8 codes `a` [m, k] (1 x 128 scales `a_scales`) times
-/// `w` [n, k] (`rows` x 128 blocks `w_scales`), plus `bias` when given.
+/// The f64 block-scaled reference of FP8 codes `a` [m, k] (1 x C scales `a_scales`) times
+/// `w` [n, k] (`block` = R x C blocks `w_scales`), plus `bias` when given.
 pub fn block_reference(
     (a, a_scales): (&[u8], &[f32]),
     (w, w_scales): (&[u8], &[f32]),
     (m, n, k): (usize, usize, usize),
-    rows: usize,
+    block: (usize, usize),
     bias: Option<&[f32]>,
 ) -> Vec<f64> {
     let mut want =
-        fp8_linear::cpu::reference::block_gemm_f64(a, a_scales, w, w_scales, m, n, k, (rows, 128));
+        fp8_linear::cpu::reference::block_gemm_f64(a, a_scales, w, w_scales, m, n, k, block);
     if let Some(b) = bias {
         for (i, v) in want.iter_mut().enumerate() {
             *v += b[i % n] as f64;

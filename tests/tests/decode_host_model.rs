@@ -12,8 +12,8 @@ use fp8_linear::cuda::sources::decode_module;
 use fp8_linear::DType;
 use fp8_linear_tests::check::{compare, Tolerance};
 use fp8_linear_tests::host_model::{
-    block_reference, decode_output, encode_input, le, padded_rows, random_block_scales, section,
-    HostModel,
+    block_reference, encode_input, float_index, le, model_outputs, padded_rows,
+    random_block_scales, section, HostModel,
 };
 use fp8_linear_tests::layers::{random_activations, random_codes};
 use fp8_linear_tests::oracle::quantize_groups;
@@ -83,14 +83,6 @@ const MODULES: [Module; 2] = [
     },
 ];
 
-fn float_index(d: DType) -> usize {
-    match d {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        _ => 2,
-    }
-}
-
 fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     let (m, n, k) = (c.m, c.n, c.k);
     let kb = k.div_ceil(128);
@@ -130,27 +122,24 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
         "{} -> {} block {}x128: M={m} N={n} K={k} splits={splits} vec={vec} bias {}",
         module.input, module.output, module.block_rows, c.bias
     );
-    let raw = model
-        .run(&input, tag)
-        .unwrap_or_else(|e| panic!("{what}: the host model failed: {e}"));
-    let per = raw.len() / LAUNCHES;
-    let elem = if module.output == DType::F32 { 4 } else { 2 };
-    assert_eq!(per, m * n * elem, "{what}");
-    for l in 1..LAUNCHES {
-        assert!(
-            raw[..per] == raw[l * per..(l + 1) * per],
-            "{what}: launch {l} (another block order) differs from launch 0"
-        );
-    }
+    let outs = model_outputs(
+        model,
+        &input,
+        tag,
+        &what,
+        LAUNCHES,
+        (m, n),
+        module.output,
+        true,
+    );
     let want = block_reference(
         (&a, &a_scales),
         (&w, &w_scales),
         (m, n, k),
-        module.block_rows,
+        (module.block_rows, 128),
         c.bias.then_some(&bias[..]),
     );
-    let got = decode_output(&raw[..per], module.output);
-    let cmp = compare(&got, &want, n, Tolerance::cpu(module.output));
+    let cmp = compare(&outs[0], &want, n, Tolerance::cpu(module.output));
     eprintln!("host model {what}: {}", cmp.summary());
     cmp.assert_ok(&what);
 }

@@ -11,7 +11,8 @@ use fp8_linear::cuda::sources::block_gemm_module;
 use fp8_linear::DType;
 use fp8_linear_tests::check::{compare, Tolerance};
 use fp8_linear_tests::host_model::{
-    block_reference, decode_output, le, padded_rows, random_block_scales, section, HostModel,
+    block_reference, float_index, gemm_input, model_outputs, padded_rows, random_block_scales,
+    HostModel,
 };
 use fp8_linear_tests::layers::{random_activations, random_codes};
 use fp8_linear_tests::oracle::quantize_groups;
@@ -140,12 +141,8 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     let bm = 32 * module.mt as usize;
     let kb_per_split = kb.div_ceil(c.splits);
     let splits = kb.div_ceil(kb_per_split);
-    let out_index = match c.out {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        _ => 2,
-    };
-    let params: Vec<i32> = [
+    let out_index = float_index(c.out);
+    let params = [
         m,
         n,
         k,
@@ -157,48 +154,37 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
         out_index,
         usize::from(c.bias),
         LAUNCHES,
-    ]
-    .iter()
-    .map(|&v| v as i32)
-    .collect();
-    let mut input = Vec::new();
-    section(&mut input, &le(&params, |v| v.to_le_bytes()));
-    section(&mut input, &padded_rows(&a, m, k, kp));
-    section(&mut input, &le(&a_scales, |v| v.to_le_bytes()));
-    section(&mut input, &padded_rows(&w, n, k, kp));
-    section(&mut input, &le(&w_scales, |v| v.to_le_bytes()));
-    section(&mut input, &le(&bias, |v| v.to_le_bytes()));
+    ];
+    let input = gemm_input(
+        &params,
+        (&padded_rows(&a, m, k, kp), &a_scales),
+        (&padded_rows(&w, n, k, kp), &w_scales),
+        &bias,
+    );
     let what = format!(
         "MT={} stages={} block {}x128: M={m} N={n} K={k} splits={splits} {} bias {} zero blocks {}",
         module.mt, module.stages, module.block_rows, c.out, c.bias, c.zero_blocks
     );
-    let raw = model
-        .run(&input, tag)
-        .unwrap_or_else(|e| panic!("{what}: the host model failed: {e}"));
-    let per = raw.len() / LAUNCHES;
-    assert_eq!(
-        per,
-        m * n * if c.out == DType::F32 { 4 } else { 2 },
-        "{what}"
+    // (Split K adds with atomics: the order, so the bits, may differ between launches.)
+    let outs = model_outputs(
+        model,
+        &input,
+        tag,
+        &what,
+        LAUNCHES,
+        (m, n),
+        c.out,
+        splits == 1,
     );
-    if splits == 1 {
-        for l in 1..LAUNCHES {
-            assert!(
-                raw[..per] == raw[l * per..(l + 1) * per],
-                "{what}: launch {l} (another block order) differs from launch 0"
-            );
-        }
-    }
     let want = block_reference(
         (&a, &a_scales),
         (&w, &w_scales),
         (m, n, k),
-        module.block_rows,
+        (module.block_rows, 128),
         c.bias.then_some(&bias[..]),
     );
-    for l in 0..LAUNCHES {
-        let got = decode_output(&raw[l * per..(l + 1) * per], c.out);
-        let cmp = compare(&got, &want, n, Tolerance::cpu(c.out));
+    for (l, got) in outs.iter().enumerate() {
+        let cmp = compare(got, &want, n, Tolerance::cpu(c.out));
         if l == 0 {
             eprintln!("host model {what}: {}", cmp.summary());
         }

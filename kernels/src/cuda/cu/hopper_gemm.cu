@@ -46,8 +46,11 @@ struct __align__(64) TmaDesc {
 };
 
 // The PTX that other kernels share (smem addresses, cp.async, mbarrier, fences) is in
-// ptx.cuh; the Hopper-only instructions of this kernel (TMA, wgmma, cluster) are below.
+// ptx.cuh, the wgmma wrappers and helpers in wgmma.cuh; this kernel's own (TMA, cluster,
+// shared-memory vectors, register reallocation) are below, under `#ifndef FP8_HOST_MODEL`
+// like theirs: the host model (tests/host_model) runs them as C++.
 
+#ifndef FP8_HOST_MODEL
 // ---- TMA ------------------------------------------------------------------------------
 __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaDesc* map, u32 bar, int c0, int c1) {
     asm volatile(
@@ -68,24 +71,49 @@ __device__ __forceinline__ void tma_load_2d_mc(u32 dst, const TmaDesc* map, u32 
         : "memory");
 }
 
-// ---- wgmma ----------------------------------------------------------------------------
-// K-major operand, 128-byte swizzle, 8-row core-matrix groups 1024 bytes apart (SBO); the
-// leading offset is unused for swizzled K-major layouts. `addr` must sit in a 1024-aligned
-// swizzle atom; advancing K by 32 e4m3 elements adds 32 bytes to the start address.
-__device__ __forceinline__ u64 wgmma_desc(u32 addr) {
-    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) |
-           ((u64)1 << 62);
+// ---- cluster ----------------------------------------------------------------------------
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
 }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+// Every thread of every CTA of the cluster (release / acquire).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait0() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+// The shared::cluster address of `addr` (a shared::cta address) in CTA `rank` of the cluster.
+__device__ __forceinline__ u32 peer_addr(u32 addr, u32 rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
 }
-__device__ __forceinline__ void wgmma_wait1() {
-    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+
+// ---- shared-memory vectors and register reallocation -----------------------------------
+__device__ __forceinline__ void st_shared_v2(u32 at, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at), "f"(a), "f"(b) : "memory");
 }
+__device__ __forceinline__ void st_shared_u32(u32 at, u32 v) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(u32 at) {
+    uint4 x;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w)
+                 : "r"(at)
+                 : "memory");
+    return x;
+}
+// The warpgroup's registers per thread raised (math) or lowered (producer) to R.
+template <int R> __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+}
+__device__ __forceinline__ void prefetch_tensormap(const TmaDesc* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
+}
+#endif  // FP8_HOST_MODEL
 
 // ---- the kernel -----------------------------------------------------------------------
 // Work unit u -> (n block, m block, split): units sharing a weight tile are adjacent, so
@@ -108,23 +136,6 @@ struct Sched {
         return r;
     }
 };
-
-// ---- cluster ----------------------------------------------------------------------------
-__device__ __forceinline__ u32 cluster_rank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-// Every thread of every CTA of the cluster (release / acquire).
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-// The shared::cluster address of `addr` (a shared::cta address) in CTA `rank` of the cluster.
-__device__ __forceinline__ u32 peer_addr(u32 addr, u32 rank) {
-    u32 r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-    return r;
-}
 
 // ---- scales staged in shared memory ---------------------------------------------------
 // The scale rows of the weight scale blocks that a BN-column tile spans: BN / SBN when SBN
@@ -315,13 +326,11 @@ __device__ __forceinline__ void store_staged(void* __restrict__ out, const float
                     const int piece = (byte / 16) ^ (((r >> 1) & 3) & (np - 1));
                     const u32 at = buf + r * 64 + piece * 16 + byte % 16;
                     if constexpr (ES == 4) {
-                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at), "f"(a), "f"(b)
-                                     : "memory");
+                        st_shared_v2(at, a, b);
                     } else {
                         const u32 lo = OUT == 1 ? f32_to_f16(a) : f32_to_bf16(a);
                         const u32 hi = OUT == 1 ? f32_to_f16(b) : f32_to_bf16(b);
-                        asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(lo | (hi << 16))
-                                     : "memory");
+                        st_shared_u32(at, lo | (hi << 16));
                     }
                 }
                 __syncwarp();
@@ -329,11 +338,7 @@ __device__ __forceinline__ void store_staged(void* __restrict__ out, const float
                 const int row = wrow[v] + 8 * h + lr;
                 const int col = cb + 8 * g0 + ((p ^ (((lr >> 1) & 3) & (np - 1))) * 16) / ES;
                 if (lane < 8 * np && row < M && col < N) {
-                    uint4 x;
-                    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                                 : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w)
-                                 : "r"(buf + lr * 64 + p * 16)
-                                 : "memory");
+                    const uint4 x = ld_shared_v4(buf + lr * 64 + p * 16);
                     *reinterpret_cast<uint4*>((u8*)out + ((long long)row * N + col) * ES) = x;
                 }
             }
@@ -353,8 +358,8 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
     const int wg = threadIdx.x / 128;
 
     // Math warpgroups.
-    if constexpr (NWG == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    if constexpr (NWG == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;");
+    if constexpr (NWG == 2) setmaxnreg_inc<232>();
+    if constexpr (NWG == 3) setmaxnreg_inc<160>();
     const int mw = wg - 1;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int row_in = mw * 64 + warp * 16 + lane / 4;  // in wave 0; wave w adds 64 NWG w
@@ -592,11 +597,11 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
 
     if (wg == 0) {
         // Producer warpgroup: one thread issues every TMA load, warp 1 copies the scales.
-        if constexpr (NWG == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if constexpr (NWG == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 32;");
+        if constexpr (NWG == 2) setmaxnreg_dec<40>();
+        if constexpr (NWG == 3) setmaxnreg_dec<32>();
         if (threadIdx.x == 0) {
-            asm volatile("prefetch.tensormap [%0];" ::"l"((u64)ta) : "memory");
-            asm volatile("prefetch.tensormap [%0];" ::"l"((u64)tb) : "memory");
+            prefetch_tensormap(ta);
+            prefetch_tensormap(tb);
             // Stage `it`'s weight tile (k block kb of unit w), expected on its full barrier
             // with the activation tile.
             auto load_b = [&](u32 it, const Unit& w, int kb) {

@@ -4,6 +4,28 @@
 // read). Thread t of the warpgroup holds, for column group j (8 columns), d[4 j .. 4 j + 3]:
 // rows 16 (t / 32) + (t % 32) / 4 (+ 8 for the last two), columns 8 j + 2 (t % 4) (+ 1).
 
+// K-major operand, 128-byte swizzle, 8-row core-matrix groups 1024 bytes apart (SBO); the
+// leading offset is unused for swizzled K-major layouts. `addr` must sit in a 1024-aligned
+// swizzle atom; advancing K by 32 e4m3 elements adds 32 bytes to the start address.
+__device__ __forceinline__ u64 wgmma_desc(u32 addr) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) |
+           ((u64)1 << 62);
+}
+
+// The PTX wrappers below are under `#ifndef FP8_HOST_MODEL` (as in ptx.cuh): the host models
+// (tests/host_model) run the MMAs with the C++ versions of tests/host_model/ptx.h.
+#ifndef FP8_HOST_MODEL
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+// Waits until at most N committed groups of the warpgroup's wgmmas are pending.
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void wgmma_wait0() { wgmma_wait<0>(); }
+__device__ __forceinline__ void wgmma_wait1() { wgmma_wait<1>(); }
+
 template <int N> struct Wgmma;
 
 template <> struct Wgmma<16> {
@@ -103,3 +125,4 @@ template <> struct Wgmma<144> {
             : "l"(da), "l"(db), "r"(acc));
     }
 };
+#endif  // FP8_HOST_MODEL
