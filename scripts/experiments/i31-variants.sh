@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 31 (decode near the weight-read floor), the experiment prepared without device time on
 # 2026-12-04, measured on none yet. `i31-wgmma-decode.patch` (beside this script, made against
-# main at fb05555; applies with or without the issue 30 patch) moves `DecodeBlockFp8` from
+# main at 91cbd94; applies with or without the issue 30 patch) moves `DecodeBlockFp8` from
 # mma.sync (which runs e4m3 as conversions and f16 MMAs on sm_90: 48 HMMA and 216 F2FP per
 # unrolled loop of the 16-row kernel) to native FP8 wgmma with the weight in registers (swap
 # AB: m64n8k32 / m64n16k32, the activation codes in wgmma's swizzled B layout); prediction in
