@@ -135,6 +135,33 @@ impl Drop for HostModel {
     }
 }
 
+/// For each `(module, call)` of `pick` (indices into `modules`; the call None: all of the
+/// module's `calls`), builds the module's host model (`spec` of it, with `driver`, under
+/// `sanitizers`, tagged `tag` and its index) once and runs `run(model, module, call, tag)` on
+/// its calls; returns early, after printing why, without a C++20 compiler.
+#[allow(clippy::type_complexity)]
+pub fn run_picked<M, C>(
+    (driver, sanitizers, tag): (&str, &str, &str),
+    modules: &[M],
+    pick: &[(usize, Option<usize>)],
+    spec: impl Fn(&M) -> ModuleSpec,
+    calls: impl Fn(&M) -> &[C],
+    run: impl Fn(&HostModel, &M, &C, &str),
+) {
+    for &(i, only) in pick {
+        let module = &modules[i];
+        let Some(model) = HostModel::build(&format!("{tag}{i}"), driver, &spec(module), sanitizers)
+        else {
+            return;
+        };
+        for (j, c) in calls(module).iter().enumerate() {
+            if only.is_none_or(|o| o == j) {
+                run(&model, module, c, &format!("call{j}"));
+            }
+        }
+    }
+}
+
 /// Runs `model` on `input` (run `tag`) and returns its outputs: `launches` calls of `m` x `n`
 /// elements of dtype `out`, each as f32. Fails the test, naming the call `what`, when the model
 /// failed, an output has another size, or (`identical`) a launch (another block order)

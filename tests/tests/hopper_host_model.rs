@@ -17,7 +17,7 @@ use fp8_linear::DType;
 use fp8_linear_tests::check::{compare, Tolerance};
 use fp8_linear_tests::host_model::{
     block_reference, float_index, gemm_input, model_outputs, padded_rows, random_block_scales,
-    HostModel,
+    run_picked, HostModel,
 };
 use fp8_linear_tests::layers::{random_activations, random_codes};
 use fp8_linear_tests::oracle::quantize_groups;
@@ -176,21 +176,16 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     cmp.assert_ok(&what);
 }
 
-/// Builds each module of `pick` (indices into [`MODULES`]) under `sanitizers` and runs its
-/// calls `calls` (all when None).
+/// Runs the calls of `pick` (module, call or all) under `sanitizers`.
 fn run_modules(sanitizers: &str, tag: &str, pick: &[(usize, Option<usize>)]) {
-    for &(i, only) in pick {
-        let module = &MODULES[i];
-        let spec = hopper_module(module.block, float_index(module.output));
-        let Some(model) = HostModel::build(&format!("{tag}{i}"), DRIVER, &spec, sanitizers) else {
-            return;
-        };
-        for (j, c) in module.calls.iter().enumerate() {
-            if only.is_none_or(|o| o == j) {
-                run_call(&model, module, c, &format!("call{j}"));
-            }
-        }
-    }
+    run_picked(
+        (DRIVER, sanitizers, tag),
+        &MODULES,
+        pick,
+        |m| hopper_module(m.block, float_index(m.output)),
+        |m| m.calls,
+        run_call,
+    );
 }
 
 /// Every module and call under the address and undefined-behaviour sanitizers.

@@ -168,8 +168,20 @@ pub fn block_gemm_module(
 /// `block` = (rows along N, cols along K) and the output dtype as a float index
 /// (`dtype::float_index`: 0 f32, 1 f16, 2 bf16, the sources' default; `-DHOPPER_OUT`).
 pub fn hopper_module(block: (usize, usize), output: usize) -> ModuleSpec {
+    hopper_spec("fp8_hopper_gemm", block, output)
+}
+
+/// The grouped Hopper module: the same source with `-DHOPPER_GROUPED`, whose kernels
+/// (`hopper_grouped_*`, one per tile without clusters) run E stacked experts over segments
+/// of the rows, with per-row routing weights.
+pub fn hopper_grouped_module(block: (usize, usize), output: usize) -> ModuleSpec {
+    hopper_spec("fp8_hopper_grouped", block, output).option("-DHOPPER_GROUPED".to_string())
+}
+
+/// The Hopper source as module `name`, for `block` and `output` (see [`hopper_module`]).
+fn hopper_spec(name: &'static str, block: (usize, usize), output: usize) -> ModuleSpec {
     let mut spec = ModuleSpec::new(
-        "fp8_hopper_gemm",
+        name,
         module_source!(["quant.cuh", "epilogue.cuh", "wgmma.cuh"] "hopper_gemm.cu"),
     )
     .arch_specific();
@@ -327,6 +339,11 @@ mod tests {
         // The output dtype is a `-D` option but for bf16, the sources' default.
         assert!(hopper_module((128, 128), 2).options.is_empty());
         assert_eq!(hopper_module((128, 128), 0).options, ["-DHOPPER_OUT=0"]);
+        // The grouped module: the same source, its own name and `-DHOPPER_GROUPED`.
+        let grouped = hopper_grouped_module((128, 128), 2);
+        assert_eq!(grouped.source, hopper_module((128, 128), 2).source);
+        assert_eq!(grouped.options, ["-DHOPPER_GROUPED"]);
+        assert_ne!(grouped.name, hopper_module((128, 128), 2).name);
         // 128 x 128 blocks are the sources' default; other blocks are `-D` options.
         assert!(block_gemm_module(1, 4, 1, (128, 128)).options.len() == 2);
         assert!(block_gemm_module(1, 4, 1, (32, 64)).options.len() == 4);
@@ -343,7 +360,7 @@ mod tests {
             return;
         }
         // FP8 mma needs sm_89; wgmma and TMA sm_90a; Marlin's bf16 mma sm_80.
-        let specs: [(ModuleSpec, &[&str]); 17] = [
+        let specs: [(ModuleSpec, &[&str]); 19] = [
             (quant_module(), &["sm_80", "sm_89", "sm_90"]),
             (block_gemm_module(1, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
             (block_gemm_module(2, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
@@ -357,6 +374,8 @@ mod tests {
             (hopper_module((32, 32), 1), &["sm_90a"]),
             (hopper_module((64, 64), 2), &["sm_90a"]),
             (hopper_module((128, 64), 0), &["sm_90a"]),
+            (hopper_grouped_module((128, 128), 2), &["sm_90a"]),
+            (hopper_grouped_module((64, 64), 1), &["sm_90a"]),
             (marlin_module(), &["sm_80", "sm_86", "sm_89"]),
             (decode_module((128, 128), (2, 2)), &["sm_89", "sm_90"]),
             (decode_module((128, 128), (0, 1)), &["sm_90"]),

@@ -32,6 +32,15 @@
 // are masked. With more than one K split (tiles of at most 128 rows), split s stores its
 // partial sums to ws[s][M][N] (every valid element of its tile) and `hopper_finalize_*`
 // sums the splits in order (deterministic). The output is of dtype HOPPER_OUT, fixed per module.
+//
+// Grouped (a module compiled with -DHOPPER_GROUPED: `hopper_grouped_*` kernels instead of the
+// dense ones): E experts' weights stacked, B [E * N, ldk] and Bs [E * ceil(N/SBN), ldbs], bias
+// [E * N]; `segs` lists S segments of the input's M rows as (expert, first row, rows) int
+// triples, read on the device. A work unit is one tile of one segment (its rows from the
+// segment's first, rows past its end masked like rows past M: they may be another segment's,
+// loaded but never stored), never split along K; an empty segment has none. Rows no segment
+// covers are not written. Each stored value is (sum + bias[e, n]) * rw[m] when the per-row
+// routing weights `rw` are given.
 
 #define BK 128
 #define SUBS (BK / SBK)  // scale blocks per K tile
@@ -120,20 +129,62 @@ __device__ __forceinline__ void prefetch_tensormap(const TmaDesc* map) {
 // CTAs running at the same time read each weight tile from HBM about once. With clusters of
 // CL CTAs along M, a unit is CL vertically adjacent tiles of one n block, one per CTA of the
 // cluster (CTA `rank` takes the rank-th), and the clusters walk the units round-robin.
+// A unit's rows are m0 .. min(m0 + BM, mend) (mend: M, or its segment's end when grouped) of
+// expert e (0 when dense).
 struct Unit {
-    int m0, nb, kb0, kb1, sp;
+    int m0, mend, e, nb, kb0, kb1, sp;
 };
 struct Sched {
-    int num_mc, splits, kbps, Kb, bm, cl, rank, first, step, units;
+    int num_mc, splits, kbps, Kb, bm, cl, rank, first, step, units, M;
+    // Grouped: the segments (expert, first row, rows) and the tiles across N.
+    const int* segs;
+    int nseg, num_n;
     __device__ __forceinline__ Unit at(int u) const {
         const int sp = u % splits, t = u / splits;
         Unit r;
         r.nb = t / num_mc;
         r.m0 = ((t % num_mc) * cl + rank) * bm;
+        r.mend = M;
+        r.e = 0;
         r.kb0 = sp * kbps;
         r.kb1 = min(Kb, r.kb0 + kbps);
         r.sp = sp;
         return r;
+    }
+};
+
+// A role's walk over its units: first, first + step, ... (every role of a CTA walks the
+// same ones). Grouped (G), unit u is tile u - before of the segment whose tiles cover it
+// (`before`: the tiles of the segments ahead of it), tiles of one column block adjacent; the
+// walk only moves forward, so each segment is read once per role.
+template <bool G> struct Walk {
+    const Sched& sc;
+    int u, s = 0, before = 0;
+    __device__ __forceinline__ explicit Walk(const Sched& sched) : sc(sched), u(sched.first) {}
+    __device__ __forceinline__ bool next(Unit& w) {
+        if constexpr (G) {
+            int cnt = 0, num_m = 0;
+            for (;; ++s) {
+                if (s >= sc.nseg) return false;
+                cnt = sc.segs[3 * s + 2];
+                num_m = (cnt + sc.bm - 1) / sc.bm;
+                if (u < before + num_m * sc.num_n) break;
+                before += num_m * sc.num_n;
+            }
+            const int t = u - before;
+            w.nb = t / num_m;
+            w.m0 = sc.segs[3 * s + 1] + (t % num_m) * sc.bm;
+            w.mend = sc.segs[3 * s + 1] + cnt;
+            w.e = sc.segs[3 * s];
+            w.kb0 = 0;
+            w.kb1 = sc.Kb;
+            w.sp = 0;
+        } else {
+            if (u >= sc.units) return false;
+            w = sc.at(u);
+        }
+        u += sc.step;
+        return true;
     }
 };
 
@@ -160,16 +211,16 @@ template <int BM, int BN> struct Sc {
 };
 
 // The scale warp: for every stage the TMA thread fills, the same stage's scales.
-template <int BM, int BN, int STAGES>
+template <int BM, int BN, int STAGES, bool G>
 __device__ __forceinline__ void stage_scales(const float* __restrict__ As,
                                              const float* __restrict__ Bs, int ldbs, u32 ssc,
                                              u32 bars, int M, int Kbs, int nbs, const Sched& sc,
                                              int lane) {
     constexpr int NSB = Cols<BN>::NSB;
     u32 it = 0;
-    for (int u = sc.first; u < sc.units; u += sc.step) {
-        const Unit w = sc.at(u);
-        const int brow = min((w.nb * BN) / SBN + lane, nbs - 1);
+    Walk<G> walk(sc);
+    for (Unit w; walk.next(w);) {
+        const int brow = w.e * nbs + min((w.nb * BN) / SBN + lane, nbs - 1);
         for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
             const u32 s = it % STAGES, ph = (it / STAGES) & 1;
             mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
@@ -180,7 +231,7 @@ __device__ __forceinline__ void stage_scales(const float* __restrict__ As,
                 const bool ok = kbs < Kbs;
 #pragma unroll 1
                 for (int i = lane; i < BM; i += 32) {
-                    const bool v = ok && w.m0 + i < M;
+                    const bool v = ok && w.m0 + i < w.mend;
                     cp_async4(dst + 4 * (sub * BM + i), v ? As + (long long)kbs * M + w.m0 + i : As,
                               v ? 4u : 0u);
                 }
@@ -259,12 +310,13 @@ __device__ __forceinline__ void store_tile(float* __restrict__ p, const float (&
 }
 
 // The tile's totals (wave v's accumulator i at row r0[v] (i % 4 < 2) or r1[v], column c0 +
-// 8 (i / 4) + (i % 2)) + bias stored in output dtype OUT, rows and columns past M, N skipped.
+// 8 (i / 4) + (i % 2)) + bias, times rw[row] when given, stored in output dtype OUT, rows and
+// columns past M, N skipped.
 template <int OUT, int WAVES, int NACC>
 __device__ __forceinline__ void store_totals(void* __restrict__ out, const float (&tot)[WAVES][NACC],
                                              const int (&r0)[WAVES], const int (&r1)[WAVES],
-                                             int c0, const float* __restrict__ bias, int M,
-                                             int N) {
+                                             int c0, const float* __restrict__ bias,
+                                             const float* __restrict__ rw, int M, int N) {
 #pragma unroll
     for (int v = 0; v < WAVES; ++v)
 #pragma unroll
@@ -276,8 +328,16 @@ __device__ __forceinline__ void store_totals(void* __restrict__ out, const float
             for (int h = 0; h < 2; ++h) {
                 const int r = h ? r1[v] : r0[v];
                 if (r >= M) continue;
-                store2_bias<OUT>(out, (long long)r * N + c, bias, c, tot[v][4 * j + 2 * h],
-                                 tot[v][4 * j + 2 * h + 1], both, (N & 1) == 0);
+                float a = tot[v][4 * j + 2 * h], b = tot[v][4 * j + 2 * h + 1];
+                if (bias != 0) {
+                    a += bias[c];
+                    if (both) b += bias[c + 1];
+                }
+                if (rw != 0) {
+                    a *= rw[r];
+                    b *= rw[r];
+                }
+                store2<OUT>(out, (long long)r * N + c, a, b, both, (N & 1) == 0);
             }
         }
 }
@@ -294,11 +354,13 @@ __device__ __forceinline__ void store_totals(void* __restrict__ out, const float
 // 8 rows (the direct stores write 16 bytes of a row each). Pieces are XOR-swizzled by row
 // pair: the shared writes of a warp hit 32 distinct banks. `wrow[v]`: the warp's first row
 // in wave v; `cb`: the tile's first column. Needs N * sizeof(OUT) % 16 == 0 and a 16-byte
-// aligned `out` (each piece is then wholly inside or past N); rows past M are skipped.
+// aligned `out` (each piece is then wholly inside or past N); rows past M are skipped. With
+// `rw`, each value (after the bias) is multiplied by its row's rw.
 template <int OUT, int WAVES, int NACC>
 __device__ __forceinline__ void store_staged(void* __restrict__ out, const float (&tot)[WAVES][NACC],
                                              const int (&wrow)[WAVES], int cb,
-                                             const float* __restrict__ bias, int M, int N, u32 buf,
+                                             const float* __restrict__ bias,
+                                             const float* __restrict__ rw, int M, int N, u32 buf,
                                              int lane) {
     constexpr int ES = OUT == 0 ? 4 : 2;
     constexpr int G = NACC / 4;        // 8-column groups across the tile
@@ -313,6 +375,11 @@ __device__ __forceinline__ void store_staged(void* __restrict__ out, const float
                 const int ng = G - g0 < CG ? G - g0 : CG;  // constant once unrolled
                 const int np = ng * 8 * ES / 16;           // 16-byte pieces per row: 4 or 2
                 __syncwarp();  // the previous chunk's pieces are read
+                float f = 1.f;  // this lane's row's routing weight
+                if (rw != 0) {
+                    const int row = wrow[v] + 8 * h + r;
+                    f = row < M ? rw[row] : 0.f;
+                }
 #pragma unroll
                 for (int jj = 0; jj < CG; ++jj) {
                     if (jj >= ng) continue;
@@ -321,6 +388,10 @@ __device__ __forceinline__ void store_staged(void* __restrict__ out, const float
                     if (bias != 0) {
                         if (c < N) a += bias[c];
                         if (c + 1 < N) b += bias[c + 1];
+                    }
+                    if (rw != 0) {
+                        a *= f;
+                        b *= f;
                     }
                     const int byte = (8 * jj + 2 * q) * ES;
                     const int piece = (byte / 16) ^ (((r >> 1) & 3) & (np - 1));
@@ -345,10 +416,11 @@ __device__ __forceinline__ void store_staged(void* __restrict__ out, const float
 }
 
 // The math warpgroups' side of `hopper_gemm` (warpgroup `threadIdx.x / 128`, 1 to NWG).
-template <int NWG, int WAVES, int STAGES, int BN, int CL>
+template <int NWG, int WAVES, int STAGES, int BN, int CL, bool G>
 __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars, const Sched& sc,
                                      void* __restrict__ out, float* __restrict__ ws,
-                                     const float* __restrict__ bias, int M, int N, bool split) {
+                                     const float* __restrict__ bias_all,
+                                     const float* __restrict__ rw, int M, int N, bool split) {
     constexpr int BM = 64 * NWG * WAVES;
     constexpr int NACC = Cols<BN>::NACC;
     constexpr bool PIPE = WAVES == 1 && NWG <= 2 && BN <= 128;
@@ -385,15 +457,17 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
     };
     float tot[WAVES][NACC];
     u32 it = 0;
-    for (int u = sc.first; u < sc.units; u += sc.step) {
-        const Unit w = sc.at(u);
+    Walk<G> walk(sc);
+    for (Unit w; walk.next(w);) {
+        // This unit's expert's bias (grouped: the stack's row e).
+        const float* bias = G && bias_all != 0 ? bias_all + (long long)w.e * N : bias_all;
         // Column group from which the tile reads its second scale row (unaligned widths).
         const int second = (SBN - (w.nb * BN) % SBN) / 8;
         // Slabs of this warpgroup whose rows exist: uniform over the warpgroup, and the
         // same for every split of the tile.
         int live = 0;
 #pragma unroll
-        for (int v = 0; v < WAVES; ++v) live += w.m0 + 64 * (NWG * v + mw) < M;
+        for (int v = 0; v < WAVES; ++v) live += w.m0 + 64 * (NWG * v + mw) < w.mend;
         int r0[WAVES], r1[WAVES];
 #pragma unroll
         for (int v = 0; v < WAVES; ++v) {
@@ -523,7 +597,8 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
                 // This split's partial sums; `hopper_finalize_*` adds the splits in order.
                 float* p = ws + (long long)w.sp * M * N;
                 if (N % 4 == 0)
-                    store_staged<0, WAVES, NACC>(p, tot, wrow, w.nb * BN, nullptr, M, N, ebuf, lane);
+                    store_staged<0, WAVES, NACC>(p, tot, wrow, w.nb * BN, nullptr, nullptr, M, N,
+                                                 ebuf, lane);
                 else
                     store_tile<NACC>(p, tot[0], r0[0], r1[0], w.nb * BN + col_in, M, N,
                                      (N & 1) == 0);
@@ -531,9 +606,10 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
             }
         }
         if (staged) {
-            store_staged<HOPPER_OUT, WAVES, NACC>(out, tot, wrow, w.nb * BN, bias, M, N, ebuf, lane);
+            store_staged<HOPPER_OUT, WAVES, NACC>(out, tot, wrow, w.nb * BN, bias, rw, w.mend, N,
+                                                  ebuf, lane);
         } else {
-            store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, M, N);
+            store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, rw, w.mend, N);
         }
     }
 }
@@ -549,13 +625,18 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
 // block, in the other set, is waited for and promoted, so the tensor cores run while the
 // warpgroup promotes. Otherwise each scale block's MMAs are waited for before its promotion
 // (the other warpgroups' MMAs fill part of that wait).
-template <int NWG, int WAVES, int STAGES, int BN, int CL>
+// Grouped (G): `segs` holds `nseg` segments (see the top), `rw` the routing weights or null;
+// one K split (kbps = ceil(K / BK)), no cluster. Dense: both unused.
+template <int NWG, int WAVES, int STAGES, int BN, int CL, bool G>
 __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb,
                                             const float* __restrict__ As,
                                             const float* __restrict__ Bs, void* __restrict__ out,
                                             float* __restrict__ ws,
-                                            const float* __restrict__ bias, int M, int N, int K,
-                                            int kbps, int splits, int ldbs) {
+                                            const float* __restrict__ bias,
+                                            const float* __restrict__ rw,
+                                            const int* __restrict__ segs, int nseg, int M, int N,
+                                            int K, int kbps, int splits, int ldbs) {
+    static_assert(!G || CL == 1, "grouped kernels have no clusters");
     constexpr int BM = 64 * NWG * WAVES;
     constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
     extern __shared__ u8 smem_raw[];
@@ -579,6 +660,10 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
     sc.first = blockIdx.x / CL;
     sc.step = gridDim.x / CL;
     sc.units = sc.num_mc * num_n * splits;
+    sc.M = M;
+    sc.segs = segs;
+    sc.nseg = nseg;
+    sc.num_n = num_n;
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
@@ -608,7 +693,7 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
                 const u32 s = it % STAGES, full = bars + 8 * s;
                 mbar_expect_tx(full, A_BYTES + B_BYTES);
                 if constexpr (CL == 1) {
-                    tma_load_2d(sb + s * B_BYTES, tb, full, kb * BK, w.nb * BN);
+                    tma_load_2d(sb + s * B_BYTES, tb, full, kb * BK, w.e * N + w.nb * BN);
                 } else {
                     // This CTA's 1 / CL of the weight tile (`tb`'s box is BN / CL rows), to
                     // every CTA of the cluster.
@@ -622,14 +707,13 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
             // before the wait for that kernel (all of it when this kernel was launched
             // overlapped with it), then every load as usual.
             u32 pre = 0;
-            for (int u = sc.first; u < sc.units && pre < STAGES; u += sc.step) {
-                const Unit w = sc.at(u);
+            Walk<G> first(sc);
+            for (Unit w; pre < STAGES && first.next(w);)
                 for (int kb = w.kb0; kb < w.kb1 && pre < STAGES; ++kb, ++pre) load_b(pre, w, kb);
-            }
             griddep_wait();
             u32 it = 0;
-            for (int u = sc.first; u < sc.units; u += sc.step) {
-                const Unit w = sc.at(u);
+            Walk<G> walk(sc);
+            for (Unit w; walk.next(w);) {
                 for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
                     const u32 s = it % STAGES, ph = (it / STAGES) & 1;
                     mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
@@ -639,58 +723,82 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
             }
         } else if (threadIdx.x / 32 == 1) {
             griddep_wait();  // the activation scales come from the kernel before this one
-            stage_scales<BM, BN, STAGES>(As, Bs, ldbs, ssc, bars, M, Kbs, nbs, sc, threadIdx.x % 32);
+            stage_scales<BM, BN, STAGES, G>(As, Bs, ldbs, ssc, bars, M, Kbs, nbs, sc,
+                                            threadIdx.x % 32);
         }
     } else {
-        math<NWG, WAVES, STAGES, BN, CL>(sa, sb, scg, bars, sc, out, ws, bias, M, N, splits > 1);
+        math<NWG, WAVES, STAGES, BN, CL, G>(sa, sb, scg, bars, sc, out, ws, bias, G ? rw : nullptr,
+                                            M, N, !G && splits > 1);
     }
     // No CTA leaves while a peer may still multicast into it or arrive on its barriers.
     if constexpr (CL > 1) cluster_sync();
 }
 
-// hopper_gemm_bm<BM>_n<BN>[c2]: one kernel per tile (rows BM = 64 NWG WAVES, columns BN,
-// STAGES pipeline stages, CL CTAs per cluster), storing the module's output dtype HOPPER_OUT.
+// hopper_gemm_<T> (T = bm<BM>_n<BN>[c2]): one kernel per tile (rows BM = 64 NWG WAVES, columns
+// BN, STAGES pipeline stages, CL CTAs per cluster), storing the module's output dtype
+// HOPPER_OUT. Grouped modules have hopper_grouped_<T> instead, for the tiles without clusters.
+#ifndef HOPPER_GROUPED
 #define HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, BN, CL, ATTR)                                \
     extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) ATTR                        \
         NAME(const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb,             \
              const float* As, const float* Bs, void* out, float* ws, const float* bias, int M,   \
              int N, int K, int kbps, int splits, int ldbs) {                                     \
-        hopper_gemm<NWG, WAVES, STAGES, BN, CL>(&ta, &tb, As, Bs, out, ws, bias, M, N, K, kbps,  \
-                                                splits, ldbs);                                   \
+        hopper_gemm<NWG, WAVES, STAGES, BN, CL, false>(&ta, &tb, As, Bs, out, ws, bias, nullptr, \
+                                                       nullptr, 0, M, N, K, kbps, splits, ldbs); \
     }
-#define HOPPER_KERNEL(NAME, NWG, WAVES, STAGES, BN) HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, BN, 1, )
+#define HOPPER_KERNEL(T, NWG, WAVES, STAGES, BN) \
+    HOPPER_KERNEL_AT(hopper_gemm_##T, NWG, WAVES, STAGES, BN, 1, )
 // Clusters of two CTAs along M sharing (multicasting) the weight tile: the launch needs a
 // grid of an even size and `tb` with boxes of BN / 2 rows.
-#define HOPPER_KERNEL_C2(NAME, NWG, WAVES, STAGES, BN)                                            \
-    HOPPER_KERNEL_AT(NAME, NWG, WAVES, STAGES, BN, 2, __cluster_dims__(2, 1, 1))
+#define HOPPER_KERNEL_C2(T, NWG, WAVES, STAGES, BN) \
+    HOPPER_KERNEL_AT(hopper_gemm_##T##c2, NWG, WAVES, STAGES, BN, 2, __cluster_dims__(2, 1, 1))
+#else
+// `tb` maps the E * N rows of the stacked weights; `segs` the nseg (expert, first row, rows)
+// triples; `bias` [E * N] and `rw` [M] may be null.
+#define HOPPER_KERNEL(T, NWG, WAVES, STAGES, BN)                                                  \
+    extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                             \
+        hopper_grouped_##T(const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, \
+                           const float* As, const float* Bs, void* out, const float* bias,       \
+                           const float* rw, const int* segs, int nseg, int M, int N, int K,      \
+                           int ldbs) {                                                           \
+        hopper_gemm<NWG, WAVES, STAGES, BN, 1, true>(&ta, &tb, As, Bs, out, nullptr, bias, rw,   \
+                                                     segs, nseg, M, N, K, (K + BK - 1) / BK, 1,  \
+                                                     ldbs);                                      \
+    }
+#define HOPPER_KERNEL_C2(T, NWG, WAVES, STAGES, BN)
+#endif
 
 // The tiles (must match VARIANTS in gemm/hopper.rs). BM = 64: one math warpgroup, 16 stages
 // for the narrow widths down to 8 at 128 and 144 columns; BM = 128: two, 8 stages at 64
 // columns, 6 at 128; BM = 192: three (160 registers each), 5 stages; BM = 256: two
 // warpgroups of two waves each, 4 stages. The tall ones only where a K tile holds at most
 // two scale blocks (SBK >= 64): with more, their scales no longer fit in registers beside the
-// totals. The unaligned widths (96, 112, 144) only over 128-row weight blocks.
-HOPPER_KERNEL(hopper_gemm_bm64_n16, 1, 1, 16, 16)
-HOPPER_KERNEL(hopper_gemm_bm64_n32, 1, 1, 16, 32)
-HOPPER_KERNEL(hopper_gemm_bm64_n64, 1, 1, 12, 64)
-HOPPER_KERNEL(hopper_gemm_bm64_n128, 1, 1, 8, 128)
-HOPPER_KERNEL(hopper_gemm_bm128_n64, 2, 1, 8, 64)
-HOPPER_KERNEL(hopper_gemm_bm128_n128, 2, 1, 6, 128)
-HOPPER_KERNEL_C2(hopper_gemm_bm128_n128c2, 2, 1, 6, 128)
+// totals. The unaligned widths (96, 112, 144) only over 128-row weight blocks. Grouped: all
+// but the clustered ones and the 192-row tile.
+HOPPER_KERNEL(bm64_n16, 1, 1, 16, 16)
+HOPPER_KERNEL(bm64_n32, 1, 1, 16, 32)
+HOPPER_KERNEL(bm64_n64, 1, 1, 12, 64)
+HOPPER_KERNEL(bm64_n128, 1, 1, 8, 128)
+HOPPER_KERNEL(bm128_n64, 2, 1, 8, 64)
+HOPPER_KERNEL(bm128_n128, 2, 1, 6, 128)
+HOPPER_KERNEL_C2(bm128_n128, 2, 1, 6, 128)
 #if SBN == 128
-HOPPER_KERNEL(hopper_gemm_bm64_n96, 1, 1, 10, 96)
-HOPPER_KERNEL(hopper_gemm_bm64_n112, 1, 1, 9, 112)
-HOPPER_KERNEL(hopper_gemm_bm64_n144, 1, 1, 8, 144)
-HOPPER_KERNEL(hopper_gemm_bm128_n96, 2, 1, 7, 96)
-HOPPER_KERNEL(hopper_gemm_bm128_n112, 2, 1, 6, 112)
-HOPPER_KERNEL(hopper_gemm_bm128_n144, 2, 1, 6, 144)
+HOPPER_KERNEL(bm64_n96, 1, 1, 10, 96)
+HOPPER_KERNEL(bm64_n112, 1, 1, 9, 112)
+HOPPER_KERNEL(bm64_n144, 1, 1, 8, 144)
+HOPPER_KERNEL(bm128_n96, 2, 1, 7, 96)
+HOPPER_KERNEL(bm128_n112, 2, 1, 6, 112)
+HOPPER_KERNEL(bm128_n144, 2, 1, 6, 144)
 #endif
 #if SBK >= 64
-HOPPER_KERNEL(hopper_gemm_bm192_n128, 3, 1, 5, 128)
-HOPPER_KERNEL(hopper_gemm_bm256_n128, 2, 2, 4, 128)
-HOPPER_KERNEL_C2(hopper_gemm_bm256_n128c2, 2, 2, 4, 128)
+#ifndef HOPPER_GROUPED  // (grouped, its 128 registers per thread spill the walk's)
+HOPPER_KERNEL(bm192_n128, 3, 1, 5, 128)
+#endif
+HOPPER_KERNEL(bm256_n128, 2, 2, 4, 128)
+HOPPER_KERNEL_C2(bm256_n128, 2, 2, 4, 128)
 #endif
 
+#ifndef HOPPER_GROUPED
 // Split-K epilogue: out = sum over splits of ws[s] (+ bias), converted to the output dtype.
 extern "C" __global__ void hopper_finalize(const float* __restrict__ ws, void* __restrict__ out,
                                            const float* __restrict__ bias, int M, int N,
@@ -704,3 +812,4 @@ extern "C" __global__ void hopper_finalize(const float* __restrict__ ws, void* _
         store2<HOPPER_OUT>(out, i, v, 0.f, false, false);
     }
 }
+#endif

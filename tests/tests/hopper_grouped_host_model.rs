@@ -1,0 +1,264 @@
+//! The host model of the grouped Hopper GEMM (`cu/hopper_gemm.cu` built with
+//! `-DHOPPER_GROUPED`: E stacked experts, the rows cut into (expert, first row, rows)
+//! segments): the same source and driver as the dense host model (`hopper_host_model.rs`),
+//! under the address and undefined-behaviour sanitizers and, for one call, the thread
+//! sanitizer. It checks the persistent walk over every segment's tiles (a few CTAs, several
+//! units each, in another block order per launch), segments of every call form (contiguous
+//! offsets with an empty expert and padding rows past the last offset, masked slabs with
+//! empty and one-row experts, runs of expert ids that visit one expert twice), segments that
+//! start inside a tile and end inside the next, each expert's weight rows, weight scales and
+//! bias found in the stacks, the routing weights multiplied after the bias, tall and narrow,
+//! aligned and unaligned tiles, the staged and the direct epilogue, against the f64 reference
+//! of each segment on its expert; rows no segment covers are left as they were.
+
+use fp8_linear::cuda::sources::hopper_grouped_module;
+use fp8_linear::DType;
+use fp8_linear_tests::check::{compare_rows, Tolerance};
+use fp8_linear_tests::host_model::{
+    block_reference, float_index, gemm_input, le, model_outputs, padded_rows, random_block_scales,
+    run_picked, section, HostModel,
+};
+use fp8_linear_tests::layers::{random_activations, random_codes};
+use fp8_linear_tests::oracle::quantize_groups;
+
+const DRIVER: &str = include_str!("../host_model/hopper_gemm_main.cpp");
+const LAUNCHES: usize = 2;
+
+/// One grouped call: `experts` experts of N x K over M rows cut into `segs` (expert, first
+/// row, rows) on `bm` x `bn` tiles, `ctas` persistent CTAs.
+struct Call {
+    experts: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    tile: (usize, usize),
+    segs: &'static [(usize, usize, usize)],
+    bias: bool,
+    route_weights: bool,
+    ctas: usize,
+}
+
+/// One module (weight blocks, output dtype) and its calls.
+struct Module {
+    block: (usize, usize),
+    output: DType,
+    calls: &'static [Call],
+}
+
+const MODULES: [Module; 2] = [
+    Module {
+        block: (128, 128),
+        output: DType::Bf16,
+        calls: &[
+            // Offsets [0, 70, 70, 270] of 300 rows: expert 1 empty, rows 270.. padding;
+            // expert 2's rows start inside a 64-row tile.
+            Call {
+                experts: 3,
+                m: 300,
+                n: 200,
+                k: 700,
+                tile: (64, 64),
+                segs: &[(0, 0, 70), (1, 70, 0), (2, 70, 200)],
+                bias: true,
+                route_weights: true,
+                ctas: 3,
+            },
+            // Masked, M_max = 40: counts [40, 0, 13, 1] (a full slab, an empty one, a
+            // partial one, one row).
+            Call {
+                experts: 4,
+                m: 160,
+                n: 264,
+                k: 500,
+                tile: (128, 128),
+                segs: &[(0, 0, 40), (1, 40, 0), (2, 80, 13), (3, 120, 1)],
+                bias: false,
+                route_weights: true,
+                ctas: 4,
+            },
+            // Runs of expert ids: expert 1 twice, expert 0 between; 256-row tiles.
+            Call {
+                experts: 2,
+                m: 130,
+                n: 136,
+                k: 600,
+                tile: (256, 128),
+                segs: &[(1, 0, 5), (0, 5, 90), (1, 95, 35)],
+                bias: true,
+                route_weights: false,
+                ctas: 2,
+            },
+            // 144 columns (two scale rows), rows of 600 bytes: the direct stores.
+            Call {
+                experts: 2,
+                m: 50,
+                n: 300,
+                k: 300,
+                tile: (64, 144),
+                segs: &[(1, 3, 20), (0, 30, 17)],
+                bias: true,
+                route_weights: true,
+                ctas: 3,
+            },
+        ],
+    },
+    Module {
+        block: (64, 64),
+        output: DType::F32,
+        calls: &[Call {
+            experts: 3,
+            m: 90,
+            n: 72,
+            k: 330,
+            tile: (64, 32),
+            segs: &[(2, 0, 33), (0, 33, 57)],
+            bias: true,
+            route_weights: true,
+            ctas: 3,
+        }],
+    },
+];
+
+fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
+    let (m, n, k, e) = (c.m, c.n, c.k, c.experts);
+    let (rows, cols) = module.block;
+    let ldk = k.div_ceil(16) * 16;
+    let (kbs, nbs) = (k.div_ceil(cols), n.div_ceil(rows));
+    let (a, a_scales) = quantize_groups(&random_activations(m, k), m, k, cols);
+    let mut a_t = vec![0f32; kbs * m];
+    for r in 0..m {
+        for g in 0..kbs {
+            a_t[g * m + r] = a_scales[r * kbs + g];
+        }
+    }
+    // The stacks: codes [E N, K], scales [E nbs, kbs] (rows padded to ldbs), bias [E N].
+    let w = random_codes(e * n * k);
+    let ldbs = kbs + 1;
+    let w_scales = random_block_scales(e * nbs * kbs, (m * 13 + n * 5 + k) as u64);
+    let mut bs = vec![0f32; e * nbs * ldbs];
+    for r in 0..e * nbs {
+        bs[r * ldbs..r * ldbs + kbs].copy_from_slice(&w_scales[r * kbs..(r + 1) * kbs]);
+    }
+    let bias: Vec<f32> = (0..e * n).map(|j| (j % 7) as f32 * 0.25 - 0.75).collect();
+    let rw: Vec<f32> = (0..m).map(|r| 0.25 + (r % 5) as f32 * 0.375).collect();
+    let (bm, bn) = c.tile;
+    let units: usize = c
+        .segs
+        .iter()
+        .map(|s| s.2.div_ceil(bm) * n.div_ceil(bn))
+        .sum();
+    let params = [
+        m,
+        n,
+        k,
+        ldk,
+        ldbs,
+        bm,
+        bn,
+        1,
+        k.div_ceil(128),
+        c.ctas.min(units),
+        usize::from(c.bias),
+        LAUNCHES,
+        e,
+        c.segs.len(),
+        usize::from(c.route_weights),
+    ];
+    let mut input = gemm_input(
+        &params,
+        (&padded_rows(&a, m, k, ldk), &a_t),
+        (&padded_rows(&w, e * n, k, ldk), &bs),
+        &bias,
+    );
+    let segs: Vec<i32> = c
+        .segs
+        .iter()
+        .flat_map(|&(x, r0, len)| [x as i32, r0 as i32, len as i32])
+        .collect();
+    section(&mut input, &le(&segs, |v| v.to_le_bytes()));
+    section(&mut input, &le(&rw, |v| v.to_le_bytes()));
+    let what = format!(
+        "grouped {rows}x{cols} blocks -> {}: E={e} M={m} N={n} K={k} tile {bm}x{bn} \
+         segments {:?} bias {} routing weights {}",
+        module.output, c.segs, c.bias, c.route_weights
+    );
+    let outs = model_outputs(
+        model,
+        &input,
+        tag,
+        &what,
+        LAUNCHES,
+        (m, n),
+        module.output,
+        true,
+    );
+    let out = &outs[0];
+    // Each segment's rows against its expert's reference; every other row untouched.
+    let mut covered = vec![false; m];
+    for &(x, r0, len) in c.segs {
+        if len == 0 {
+            continue;
+        }
+        let ex_bias = &bias[x * n..(x + 1) * n];
+        let mut want = block_reference(
+            (
+                &a[r0 * k..(r0 + len) * k],
+                &a_scales[r0 * kbs..(r0 + len) * kbs],
+            ),
+            (
+                &w[x * n * k..(x + 1) * n * k],
+                &w_scales[x * nbs * kbs..(x + 1) * nbs * kbs],
+            ),
+            (len, n, k),
+            (rows, cols),
+            c.bias.then_some(ex_bias),
+        );
+        if c.route_weights {
+            for (i, v) in want.iter_mut().enumerate() {
+                *v *= f64::from(rw[r0 + i / n]);
+            }
+        }
+        let ids: Vec<usize> = (r0..r0 + len).collect();
+        let got = &out[r0 * n..(r0 + len) * n];
+        let cmp = compare_rows(got, &want, n, &ids, Tolerance::cpu(module.output));
+        let seg = format!("{what}: segment ({x}, {r0}, {len})");
+        eprintln!("host model {seg}: {}", cmp.summary());
+        cmp.assert_ok(&seg);
+        covered[r0..r0 + len].iter_mut().for_each(|c| *c = true);
+    }
+    for (r, _) in covered.iter().enumerate().filter(|(_, c)| !**c) {
+        // The driver fills the output with 0xff bytes: NaN in every float dtype.
+        assert!(
+            out[r * n..(r + 1) * n].iter().all(|v| v.is_nan()),
+            "{what}: row {r}, which no segment covers, was written"
+        );
+    }
+}
+
+/// Runs the calls of `pick` (module, call or all) under `sanitizers`.
+fn run_modules(sanitizers: &str, tag: &str, pick: &[(usize, Option<usize>)]) {
+    run_picked(
+        (DRIVER, sanitizers, tag),
+        &MODULES,
+        pick,
+        |m| hopper_grouped_module(m.block, float_index(m.output)),
+        |m| m.calls,
+        run_call,
+    );
+}
+
+/// Every module and call under the address and undefined-behaviour sanitizers.
+#[test]
+fn the_grouped_hopper_kernel_runs_on_the_host_model() {
+    run_modules(
+        "address,undefined",
+        "hopper-grouped-asan",
+        &[(0, None), (1, None)],
+    );
+}
+
+/// The masked call (empty and one-row experts, two-set loop) under the thread sanitizer.
+#[test]
+fn the_grouped_hopper_kernel_has_no_shared_memory_race() {
+    run_modules("thread", "hopper-grouped-tsan", &[(0, Some(1))]);
+}
