@@ -102,13 +102,13 @@ rep("""                release(s);
     epilogue:""")
 rep("""    epilogue:
         if (live == 0) continue;""", """    epilogue:
-        const int uu = (u - sc.first) / sc.step;
+        const int uu = (walk.u - sc.step - sc.first) / sc.step;  // (walk.u: the next unit)
         if (rec >= 0 && uu < 1024) hsu[rec][0][uu] = st_clk();
         if (live == 0) continue;""")
-rep("""            store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, M, N);
+rep("""            store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, rw, w.mend, N);
         }
     }
-}""", """            store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, M, N);
+}""", """            store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, rw, w.mend, N);
         }
         if (rec >= 0 && uu < 1024) hsu[rec][1][uu] = st_clk();
     }
