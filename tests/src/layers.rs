@@ -9,8 +9,8 @@
 use fp8_linear::cpu::CpuReference;
 use fp8_linear::fp8::round_scale_ue8m0;
 use fp8_linear::{
-    DType, Fp8Kernel, GroupShape, KernelError, LayerConfig, LayerWeights, QuantKey, ScaleDtype,
-    Tensor, TensorMut,
+    DType, Fp8Kernel, GroupShape, GroupedWeights, KernelError, LayerConfig, LayerWeights, QuantKey,
+    ScaleDtype, Tensor, TensorMut,
 };
 use rand::Rng;
 
@@ -372,3 +372,55 @@ pub const AWKWARD_GATES: [f32; 14] = [
     f32::NEG_INFINITY,
     f32::NAN,
 ];
+
+/// E random experts of one config, stacked.
+pub struct Experts {
+    /// Each expert's layer.
+    pub layers: Vec<HostLayer>,
+    codes: Vec<u8>,
+    scales: Vec<f32>,
+    input_scales: Option<Vec<f32>>,
+    biases: Option<Vec<f32>>,
+}
+
+impl Experts {
+    /// `e` experts of `config`, each [`HostLayer::random`] with [`WeightGen::Spread`]`(2)`.
+    pub fn random(config: &LayerConfig, e: usize) -> Self {
+        let layers: Vec<HostLayer> = (0..e)
+            .map(|_| HostLayer::random(config, WeightGen::Spread(2)))
+            .collect();
+        let cat = |f: &dyn Fn(&HostLayer) -> Option<Vec<f32>>| -> Option<Vec<f32>> {
+            layers
+                .iter()
+                .map(f)
+                .collect::<Option<Vec<_>>>()
+                .map(|v| v.concat())
+        };
+        Experts {
+            codes: layers.iter().flat_map(|l| l.codes.clone()).collect(),
+            scales: layers.iter().flat_map(|l| l.scales.clone()).collect(),
+            input_scales: cat(&|l| l.input_scale.map(|s| vec![s])),
+            biases: cat(&|l| l.bias.clone()),
+            layers,
+        }
+    }
+
+    /// The stacked tensors: codes `[E N, K]`, scales `[E rows, cols]`, input scales
+    /// `[E, 1]`, bias `[E, N]`.
+    pub fn weights(&self) -> GroupedWeights<'_> {
+        let c = &self.layers[0].config;
+        let e = self.layers.len();
+        let [sr, sc] = c.weight_scale_shape();
+        let mut w = LayerWeights::new(
+            Tensor::fp8(&self.codes, [e * c.n, c.k]),
+            Tensor::f32(&self.scales, [e * sr, sc]),
+        );
+        if let Some(s) = &self.input_scales {
+            w = w.with_input_scale(Tensor::f32(s, [e, 1]));
+        }
+        if let Some(b) = &self.biases {
+            w = w.with_bias(Tensor::f32(b, [e, c.n]));
+        }
+        GroupedWeights::new(e, w)
+    }
+}

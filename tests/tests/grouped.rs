@@ -6,63 +6,13 @@ use fp8_linear::cpu::{CpuFp8Gemm, CpuGroupedFp8Gemm, CpuGroupedReference};
 use fp8_linear::tables::{BUILTIN, GROUPED};
 use fp8_linear::{
     DType, GroupedLinear, GroupedLinearError, GroupedWeights, KernelEntry, KernelError,
-    KernelOptions, LayerConfig, LayerKind, LayerWeights, Linear, Options, QuantKey, Registered,
-    Routing, RoutingError, ScaleDtype, Target, Tensor, TensorMut,
+    KernelOptions, LayerConfig, LayerKind, Linear, Options, QuantKey, Registered, Routing,
+    RoutingError, ScaleDtype, Target, Tensor, TensorMut,
 };
 use fp8_linear_tests::check::{compare, Tolerance};
-use fp8_linear_tests::layers::{
-    block_config, random_activations, reference_rows, HostLayer, WeightGen,
-};
+use fp8_linear_tests::layers::{block_config, random_activations, reference_rows, Experts};
 
 const ENTRIES: [&KernelEntry; 2] = [&CpuGroupedFp8Gemm::ENTRY, &CpuGroupedReference::ENTRY];
-
-/// E random experts of one config, stacked.
-struct Experts {
-    layers: Vec<HostLayer>,
-    codes: Vec<u8>,
-    scales: Vec<f32>,
-    input_scales: Option<Vec<f32>>,
-    biases: Option<Vec<f32>>,
-}
-
-impl Experts {
-    fn random(config: &LayerConfig, e: usize) -> Self {
-        let layers: Vec<HostLayer> = (0..e)
-            .map(|_| HostLayer::random(config, WeightGen::Spread(2)))
-            .collect();
-        let cat = |f: &dyn Fn(&HostLayer) -> Option<Vec<f32>>| -> Option<Vec<f32>> {
-            layers
-                .iter()
-                .map(f)
-                .collect::<Option<Vec<_>>>()
-                .map(|v| v.concat())
-        };
-        Experts {
-            codes: layers.iter().flat_map(|l| l.codes.clone()).collect(),
-            scales: layers.iter().flat_map(|l| l.scales.clone()).collect(),
-            input_scales: cat(&|l| l.input_scale.map(|s| vec![s])),
-            biases: cat(&|l| l.bias.clone()),
-            layers,
-        }
-    }
-
-    fn weights(&self) -> GroupedWeights<'_> {
-        let c = &self.layers[0].config;
-        let e = self.layers.len();
-        let [sr, sc] = c.weight_scale_shape();
-        let mut w = LayerWeights::new(
-            Tensor::fp8(&self.codes, [e * c.n, c.k]),
-            Tensor::f32(&self.scales, [e * sr, sc]),
-        );
-        if let Some(s) = &self.input_scales {
-            w = w.with_input_scale(Tensor::f32(s, [e, 1]));
-        }
-        if let Some(b) = &self.biases {
-            w = w.with_bias(Tensor::f32(b, [e, c.n]));
-        }
-        GroupedWeights::new(e, w)
-    }
-}
 
 fn layer(entry: &'static KernelEntry, config: &LayerConfig, x: &Experts) -> GroupedLinear {
     GroupedLinear::with_entry(

@@ -60,7 +60,7 @@ pub mod testing {
 pub use cublaslt_block::CublasLtBlockFp8;
 pub use cublaslt_scaled::{CublasLtFp8PerTensor, CublasLtFp8Rowwise};
 pub use decode::DecodeBlockFp8;
-pub use hopper::HopperBlockFp8;
+pub use hopper::{HopperBlockFp8, HopperGroupedFp8};
 pub use marlin::MarlinFp8;
 pub use portable::PortableBlockFp8;
 pub use quant::{ActQuant, Grouping, ScaleOrder};

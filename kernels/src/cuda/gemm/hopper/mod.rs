@@ -21,7 +21,9 @@
 //! layout (the scales with their row stride), so in a plan with cuBLASLt for other rows it
 //! uses cuBLASLt's copy and the layer holds the weights once.
 //! Source: `cu/hopper_gemm.cu` (and the wgmma wrappers, `cu/wgmma.cuh`); the tiles it has
-//! are listed in `variants.rs` beside this file, the planner is in `plan.rs`.
+//! are listed in `variants.rs` beside this file, the planner is in `plan.rs`, and the
+//! grouped (mixture-of-experts) form of the same kernel, [`HopperGroupedFp8`], in
+//! `grouped.rs`.
 
 use std::sync::Arc;
 
@@ -44,12 +46,14 @@ use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::plans_by_m::PlansByM;
 use crate::cuda::skeleton::scratch::Scratch;
 
-/// The Hopper module spec (compiled for `sm_90a`), registered in [`crate::cuda::sources`].
-pub use crate::cuda::sources::hopper_module;
+/// The Hopper module specs (compiled for `sm_90a`), registered in [`crate::cuda::sources`].
+pub use crate::cuda::sources::{hopper_grouped_module, hopper_module};
+pub use grouped::HopperGroupedFp8;
 pub use plan::{plan_tile, tile_cost, TileChoice};
 
 use variants::{has_tall_tile, has_variant, has_width, smem_bytes, VARIANTS, WIDTHS};
 
+mod grouped;
 mod plan;
 mod variants;
 
@@ -174,38 +178,51 @@ impl HopperBlockFp8 {
     }
 }
 
-/// The loaded module, its tile variants and the split-K epilogue.
-type Loaded = (Arc<CudaModule>, Vec<Variant>, CudaFunction);
+/// Which kernels of the Hopper source a layer loads.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Form {
+    /// `hopper_gemm_*` of [`hopper_module`]: one layer, every tile the layer has.
+    Dense,
+    /// `hopper_grouped_*` of [`hopper_grouped_module`]: stacked experts, the tiles without
+    /// clusters but the 192-row one (whose registers would spill the grouped walk's).
+    Grouped,
+}
 
-/// The module for weight blocks `block` and output dtype `output` (a float index), with a
-/// variant for each entry of [`VARIANTS`] the layer has, over the weight codes at `codes`
-/// (`n` rows of `ldk` bytes).
+/// The module of `form` for weight blocks `block` and output dtype `output` (a float
+/// index), with a variant for each entry of [`VARIANTS`] the layer has in that form, over the
+/// weight codes at `codes` (`n` rows of `ldk` bytes); errors name `kernel`.
 fn load(
+    (kernel, form): (&'static str, Form),
     gpu: &Arc<Gpu>,
     (block, output): ((usize, usize), usize),
     (codes, n, ldk): (u64, usize, usize),
-) -> Result<Loaded, KernelError> {
-    let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
-    let (module, _) = gpu
-        .module(&hopper_module(block, output))
-        .map_err(be(NAME))?;
+) -> Result<(Arc<CudaModule>, Vec<Variant>), KernelError> {
+    let optin = gpu.max_shared_memory_per_block().map_err(be(kernel))?;
+    let (spec, prefix) = match form {
+        Form::Dense => (hopper_module(block, output), "hopper_gemm"),
+        Form::Grouped => (hopper_grouped_module(block, output), "hopper_grouped"),
+    };
+    let (module, _) = gpu.module(&spec).map_err(be(kernel))?;
+    let in_form =
+        |v: &&(usize, usize, usize, u32, u32)| form == Form::Dense || (v.2 == 1 && v.0 != 192);
     let variants = VARIANTS
         .iter()
         .filter(|v| has_variant(v, block))
+        .filter(in_form)
         .map(|&(bm, bn, cluster, math_wgs, stages)| {
             let smem = smem_bytes((bm, bn, math_wgs), stages, block);
             if smem > optin {
                 return Err(KernelError::backend(
-                    NAME,
+                    kernel,
                     format!("needs {smem} B of shared memory per block, the device allows {optin}"),
                 ));
             }
             let c2 = if cluster > 1 { "c2" } else { "" };
-            let name = format!("hopper_gemm_bm{bm}_n{bn}{c2}");
+            let name = format!("{prefix}_bm{bm}_n{bn}{c2}");
             let gemm = fp8_linear_cuda::function_with_shared_memory(&module, &name, smem)
-                .map_err(be(NAME))?;
+                .map_err(be(kernel))?;
             let box_rows = (bn / cluster) as u32;
-            let tb = TensorMap::e4m3_2d(codes, n, ldk, ldk, box_rows, 128).map_err(be(NAME))?;
+            let tb = TensorMap::e4m3_2d(codes, n, ldk, ldk, box_rows, 128).map_err(be(kernel))?;
             Ok(Variant {
                 bm,
                 bn,
@@ -217,8 +234,7 @@ fn load(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let finalize = fp8_linear_cuda::function(&module, "hopper_finalize").map_err(be(NAME))?;
-    Ok((module, variants, finalize))
+    Ok((module, variants))
 }
 
 impl Fp8Kernel for HopperBlockFp8 {
@@ -250,7 +266,13 @@ impl Fp8Kernel for HopperBlockFp8 {
         let w = &block.weights.w;
         let codes = (w.codes.ptr(), config.n, w.ldk);
         let output = float_index("output", config.output_dtype)?;
-        let (module, variants, finalize) = load(gpu, (weight_block(config), output), codes)?;
+        let (module, variants) = load(
+            (NAME, Form::Dense),
+            gpu,
+            (weight_block(config), output),
+            codes,
+        )?;
+        let finalize = fp8_linear_cuda::function(&module, "hopper_finalize").map_err(be(NAME))?;
         self.layer.set(State {
             block,
             variants,

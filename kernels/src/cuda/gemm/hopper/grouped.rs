@@ -1,0 +1,312 @@
+//! The grouped Hopper kernel: E experts of one block-scaled layer (a mixture-of-experts
+//! projection) in one persistent launch of the Hopper GEMM's grouped kernels
+//! (`hopper_grouped_*`, the same source built with `-DHOPPER_GROUPED`): the call's rows are
+//! cut into (expert, first row, rows) segments on the host, uploaded, and the CTAs walk
+//! every segment's tiles, each reading its expert's rows of the stacked weights, scales and
+//! bias; the routing weights are multiplied in the epilogue. The activations of every row
+//! are quantized once, as a dense layer's.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaModule, PushKernelArg};
+use fp8_linear_core::grouped::{check_grouped_io, Fp8GroupedKernel, GroupedWeights, Routing};
+use fp8_linear_core::kernel::processed;
+use fp8_linear_core::{
+    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
+    Unsupported,
+};
+use fp8_linear_cuda::cudarc;
+use fp8_linear_cuda::tma::TensorMap;
+use fp8_linear_cuda::Gpu;
+
+use super::{load, plan_tile, Form, HopperBlockFp8, Variant};
+use crate::cuda::skeleton::block::{
+    weight_block, ActLayout, BlockLayer, BlockWeights, ROWS_16_ROW_MAJOR,
+};
+use crate::cuda::skeleton::device_io::{check_row_count, device_io, gpu_of};
+use crate::cuda::skeleton::dtype::float_index;
+use crate::cuda::skeleton::error::{be, be_at};
+use crate::cuda::skeleton::launch::{grid, launch};
+use crate::cuda::skeleton::layer::Io;
+use crate::cuda::skeleton::scratch::Scratch;
+
+const NAME: &str = HopperGroupedFp8::NAME;
+
+/// Grouped block-scaled FP8 GEMM with wgmma and TMA for Hopper (sm_90a exactly): E experts
+/// of one layer (the layers [`HopperBlockFp8`] takes whose N is a multiple of the weight
+/// block's rows, as every mixture-of-experts checkpoint's is), every call form of
+/// [`Routing`] in one launch: the persistent CTAs walk the tiles of each expert's rows
+/// (an empty expert has none; rows no expert owns are neither computed nor written), each
+/// tile reads its expert's slice of the stacked weights, and `(sum + bias) * route_weight`
+/// leaves in the layer's output dtype. Never split along K; the tile is chosen per call
+/// from the mean rows per expert.
+///
+/// Its kernel source runs on the host model in the tests (every call form, empty experts,
+/// ragged segments, each tile height); it has not yet run on a GPU, so it is not in the
+/// built-in grouped tables: build it with
+/// [`GroupedLinear::with_entry`](crate::GroupedLinear::with_entry).
+/// Calls upload their routing from host memory, which a stream being captured into a CUDA
+/// graph refuses ([`KernelError::Backend`] saying so).
+#[fp8_kernel(platform = Cuda, kind = Grouped, priority = 1, arch = sm90a, backend = hopper)]
+pub struct HopperGroupedFp8 {
+    gpu: Arc<Gpu>,
+    config: LayerConfig,
+    state: Option<State>,
+}
+
+struct State {
+    /// The stacked weights (`[E * N, ldk]` codes, `[E * N / R, ldbs]` scales, `[E * N]`
+    /// bias) and the activation quantization (M-fastest group scales).
+    block: BlockLayer,
+    experts: usize,
+    /// The scale rows' stride in floats.
+    ldbs: usize,
+    /// The grouped tiles, their kernels and weight maps (over the `E * N` stacked rows).
+    variants: Vec<Variant>,
+    _module: Arc<CudaModule>,
+    /// A call's segments as (expert, first row, rows) i32 triples: on the host, their
+    /// bytes, and on the device.
+    segs: Vec<i32>,
+    seg_bytes: Vec<u8>,
+    seg_dev: Scratch<u8>,
+    /// A call's routing weights on the device.
+    rw_dev: Scratch<f32>,
+    /// Last activation tensor map: (codes address, M, BM) -> map.
+    ta: Option<((u64, usize, usize), TensorMap)>,
+}
+
+impl HopperGroupedFp8 {
+    /// Builds the kernel for one expert's layer on the context's GPU (nothing touches the
+    /// GPU until `process_weights`).
+    pub fn new(ctx: &BuildCtx<'_>) -> Result<Self, KernelError> {
+        Ok(HopperGroupedFp8 {
+            gpu: gpu_of(NAME, ctx)?,
+            config: *ctx.config(),
+            state: None,
+        })
+    }
+}
+
+/// The stack as one layer of `E * N` rows: the same codes and scales (N a multiple of the
+/// block rows, so the experts' scale rows stack into the tall layer's), the `[E, N]` bias
+/// viewed as `[1, E * N]`.
+fn as_one_layer<'a>(
+    config: &LayerConfig,
+    w: &GroupedWeights<'a>,
+) -> Result<(LayerConfig, LayerWeights<'a>), KernelError> {
+    let rows = w
+        .experts
+        .checked_mul(config.n)
+        .filter(|&r| r <= i32::MAX as usize - 256)
+        .ok_or_else(|| {
+            KernelError::shape(
+                "weight",
+                "[E * N, K] with E * N below 2^31 - 256",
+                format!("{} experts of N = {}", w.experts, config.n),
+            )
+        })?;
+    let tall = LayerConfig { n: rows, ..*config };
+    let s = &w.stacked;
+    let mut one = LayerWeights::new(s.weight, s.weight_scale);
+    if let Some(b) = s.bias {
+        b.check_contiguous("bias")?;
+        one = one.with_bias(Tensor {
+            data: b.data,
+            shape: [1, rows],
+            strides: [rows, 1],
+        });
+    }
+    Ok((tall, one))
+}
+
+impl Fp8GroupedKernel for HopperGroupedFp8 {
+    fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
+        <HopperBlockFp8 as Fp8Kernel>::can_implement(config)?;
+        if !config.n.is_multiple_of(weight_block(config).0) {
+            return Err(Unsupported::new(
+                "N must be a multiple of the weight block's rows (each expert's scale rows \
+                 start a block)",
+            ));
+        }
+        Ok(())
+    }
+
+    fn process_weights(&mut self, weights: &GroupedWeights<'_>) -> Result<(), KernelError> {
+        self.state = None;
+        let (gpu, config) = (&self.gpu, &self.config);
+        weights.check(config)?;
+        let (tall, one) = as_one_layer(config, weights)?;
+        let copy = BlockWeights::get(NAME, gpu, &tall, &one, ROWS_16_ROW_MAJOR, None)?;
+        let ldbs = copy.scale_ld(&tall);
+        let act = ActLayout::ColMajor { rows: 1 };
+        let block = BlockLayer::with_weights(NAME, gpu, config, copy, act)?;
+        let w = &block.weights.w;
+        let codes = (w.codes.ptr(), tall.n, w.ldk);
+        let output = float_index("output", config.output_dtype)?;
+        let (module, variants) = load(
+            (NAME, Form::Grouped),
+            gpu,
+            (weight_block(config), output),
+            codes,
+        )?;
+        self.state = Some(State {
+            block,
+            experts: weights.experts,
+            ldbs,
+            variants,
+            _module: module,
+            segs: Vec::new(),
+            seg_bytes: Vec::new(),
+            seg_dev: Scratch::default(),
+            rw_dev: Scratch::default(),
+            ta: None,
+        });
+        Ok(())
+    }
+
+    fn apply(
+        &mut self,
+        input: &Tensor<'_>,
+        routing: &Routing<'_>,
+        route_weights: Option<&[f32]>,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let (c, gpu) = (&self.config, &self.gpu);
+        let st = processed(&mut self.state, NAME)?;
+        check_grouped_io(c, st.experts, input, routing, route_weights, output)?;
+        let (m, x, out) = device_io(NAME, c, gpu, input, output)?;
+        check_row_count(input, m, c.n)?;
+        // The segments with rows (check_row_count: rows fit in i32).
+        st.segs.clear();
+        let mut routed = 0;
+        for (e, r) in routing.segments(st.experts, m) {
+            if !r.is_empty() {
+                routed += r.len();
+                st.segs.extend([e as i32, r.start as i32, r.len() as i32]);
+            }
+        }
+        let nseg = st.segs.len() / 3;
+        if nseg == 0 {
+            return Ok(()); // no row is routed: nothing to compute or write
+        }
+        // The tile: as for a dense layer of the mean rows per segment and the segments'
+        // columns side by side (their tiles fill the GPU alike), never split.
+        let sms = gpu.device().sm_count.max(1) as usize;
+        let tiles: Vec<(usize, usize)> = st.variants.iter().map(|v| (v.bm, v.bn)).collect();
+        let t = plan_tile(routed.div_ceil(nseg), nseg * c.n, c.k, sms, &tiles, 1);
+        let vi = st
+            .variants
+            .iter()
+            .position(|v| (v.bm, v.bn) == (t.bm, t.bn))
+            .ok_or_else(|| {
+                KernelError::backend(NAME, "plan_tile picked a tile it was not given")
+            })?;
+        let (bm, bn) = (t.bm, t.bn);
+        let units: usize = st
+            .segs
+            .chunks(3)
+            .map(|s| (s[2] as usize).div_ceil(bm) * c.n.div_ceil(bn))
+            .sum();
+        if units > i32::MAX as usize {
+            return Err(KernelError::shape(
+                "input",
+                "[M, K] with fewer than 2^31 tiles of the experts' rows",
+                format!("{:?}", input.shape),
+            ));
+        }
+
+        // Reserve, then upload the routing (host memory: not in a graph capture).
+        gpu.refuse_in_capture(|| {
+            "upload a grouped call's routing from host memory (HopperGroupedFp8 cannot be \
+             captured into a CUDA graph yet)"
+                .into()
+        })
+        .map_err(be(NAME))?;
+        st.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
+        st.seg_bytes.clear();
+        st.seg_bytes
+            .extend(st.segs.iter().flat_map(|v| v.to_ne_bytes()));
+        let seg_dev = st.seg_dev.get(gpu, st.seg_bytes.len()).map_err(be(NAME))?;
+        seg_dev.upload(&st.seg_bytes).map_err(be(NAME))?;
+        let segs = seg_dev.ptr();
+        let rw = match route_weights {
+            Some(w) => {
+                let buf = st.rw_dev.get(gpu, m).map_err(be_at(NAME, m))?;
+                buf.upload(w).map_err(be(NAME))?;
+                buf.ptr()
+            }
+            None => 0,
+        };
+
+        // Quantize every row, then the grouped GEMM.
+        let call = st.block.quantize(NAME, c, gpu, Io(m, x, out, None))?;
+        let ldk = st.block.weights.w.ldk;
+        let key = (call.codes, m, bm);
+        let ta = match &st.ta {
+            Some((k0, map)) if *k0 == key => *map,
+            _ => {
+                let map = TensorMap::e4m3_2d(call.codes, m, ldk, ldk, bm as u32, 128)
+                    .map_err(be(NAME))?;
+                st.ta = Some((key, map));
+                map
+            }
+        };
+        let v = &st.variants[vi];
+        let bias = st.block.weights.w.bias.as_ref().map_or(0, |b| b.ptr());
+        let bs = st.block.weights.scales.ptr();
+        let (a_s, out) = (call.scales, call.out);
+        let (nsegi, mi, ni, ki) = (nseg as i32, m as i32, c.n as i32, c.k as i32);
+        let ldbs = st.ldbs as i32;
+        let ctas = units.min(sms);
+        let cfg = grid((ctas as u32, 1, 1), 128 * (v.math_wgs + 1), v.smem);
+        let mut b = gpu.stream().launch_builder(&v.gemm);
+        b.arg(&ta)
+            .arg(&v.tb)
+            .arg(&a_s)
+            .arg(&bs)
+            .arg(&out)
+            .arg(&bias);
+        b.arg(&rw).arg(&segs).arg(&nsegi).arg(&mi).arg(&ni).arg(&ki);
+        b.arg(&ldbs);
+        let what = format_args!("hopper_grouped (BM={bm}, BN={bn}, {nseg} segments)");
+        // SAFETY: the layer's stream belongs to this GPU. `ta` covers the m x ldk codes the
+        // quantization wrote at `call.codes`, `tb` the E * N x ldk stacked weight codes;
+        // As holds ceil(k/C) * m floats (M fastest), Bs the E * N / R scale rows of ldbs
+        // floats, bias E * N floats (or null), rw m floats (or null), segs nseg triples
+        // whose rows lie inside 0..m (Routing::check via check_grouped_io) and experts
+        // inside 0..E; out m x n elements of the layer's output dtype; the kernel masks
+        // every store to its segment's rows and N, and TMA zero-fills boxes past the maps.
+        unsafe { launch(b, cfg, what) }.map_err(be(NAME))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8_linear_core::DType;
+
+    #[test]
+    fn takes_whole_blocks_of_rows_only() {
+        let ok = LayerConfig::block_128(2048, 7168, DType::Bf16, DType::Bf16);
+        assert!(HopperGroupedFp8::can_implement(&ok).is_ok());
+        let ragged = LayerConfig::block_128(2000, 7168, DType::Bf16, DType::Bf16);
+        let e = HopperGroupedFp8::can_implement(&ragged).unwrap_err();
+        assert!(
+            e.to_string().contains("multiple of the weight block"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_stack_too_tall_for_32_bits_is_an_error() {
+        let c = LayerConfig::block_128(1 << 20, 128, DType::Bf16, DType::Bf16);
+        let (codes, scales) = ([0u8; 128], [1f32; 1]);
+        let w = GroupedWeights::new(
+            4096,
+            LayerWeights::new(Tensor::fp8(&codes, [1, 128]), Tensor::f32(&scales, [1, 1])),
+        );
+        let e = as_one_layer(&c, &w).unwrap_err().to_string();
+        assert!(e.contains("2^31"), "{e}");
+    }
+}
