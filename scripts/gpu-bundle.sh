@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one bundle for every GPU run. Builds here, in release mode, every test binary of the
-# workspace and the GPU benches (hopper, overlap, quant, gpu, marlin, graph, layouts, decode, portable), lists them from cargo's JSON
+# workspace and the GPU benches (hopper, overlap, quant, gpu, marlin, graph, layouts, decode, portable, moe), lists them from cargo's JSON
 # messages, copies them stripped into the git-ignored gpu-bundle/ folder together with the
 # CLI binary, and writes gpu-bundle/run.sh. On the GPU host (no Rust needed: the NVIDIA
 # driver and the CUDA 13 libraries libnvrtc.so.13 and libcublasLt.so.13 on the loader path;
@@ -35,8 +35,8 @@ echo "building the test binaries (release)..." >&2
 # bundle's cu/ holds the sources it was built from, to copy and edit on the GPU host)
 cargo test --release --workspace --features fp8-linear/dev-sources --no-run \
     --message-format=json >target/gpu-bundle-tests.json
-echo "building the GPU benches (hopper, overlap, quant, gpu, marlin, graph, layouts, decode, portable) and the CLI..." >&2
-cargo bench -p fp8-linear --features dev-sources --bench hopper --bench overlap --bench quant --bench gpu --bench marlin --bench graph --bench layouts --bench decode --bench portable --no-run \
+echo "building the GPU benches (hopper, overlap, quant, gpu, marlin, graph, layouts, decode, portable, moe) and the CLI..." >&2
+cargo bench -p fp8-linear --features dev-sources --bench hopper --bench overlap --bench quant --bench gpu --bench marlin --bench graph --bench layouts --bench decode --bench portable --bench moe --no-run \
     --message-format=json >target/gpu-bundle-benches.json
 cargo build --release -p fp8-linear-cli --bin fp8-linear --message-format=json \
     >target/gpu-bundle-cli.json
@@ -77,7 +77,7 @@ cat >"$BUNDLE/run.sh" <<'RUN'
 #   --memcheck          compute-sanitizer memcheck on each GPU test binary (gpu_*)
 #   --racecheck[=SPEC]  racecheck on chosen binaries (default gpu_matrix,gpu_hopper:repeated)
 #   --synccheck[=SPEC]  synccheck on chosen binaries (default gpu_matrix,gpu_hopper:repeated)
-#   --bench             the benchmarks: hopper, overlap, quant, gpu, marlin, graph, layouts, decode, portable (FP8_BENCH_QUICK=1: subsets)
+#   --bench             the benchmarks: hopper, overlap, quant, gpu, marlin, graph, layouts, decode, portable, moe (FP8_BENCH_QUICK=1: subsets)
 #   --bench=A,B         only these benchmarks (names in benches/), e.g. --no-tests --bench=graph
 #   --only=A,B          only these test binaries (names in tests/)
 # SPEC: comma-separated BINARY[:TEST_FILTER]. Under a sanitizer the matrix runs its small
