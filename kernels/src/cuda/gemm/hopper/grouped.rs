@@ -64,13 +64,12 @@ struct State {
     /// The grouped tiles, their kernels and weight maps (over the `E * N` stacked rows).
     variants: Vec<Variant>,
     _module: Arc<CudaModule>,
-    /// A call's segments as (expert, first row, rows) i32 triples: on the host, their
-    /// bytes, and on the device.
+    /// A call's segments as (expert, first row, rows) i32 triples.
     segs: Vec<i32>,
-    seg_bytes: Vec<u8>,
-    seg_dev: Scratch<u8>,
-    /// A call's routing weights on the device.
-    rw_dev: Scratch<f32>,
+    /// The bytes of one upload: the segments, then (from a 16-byte boundary) the routing
+    /// weights; on the host and on the device.
+    routing: Vec<u8>,
+    routing_dev: Scratch<u8>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
 }
@@ -156,9 +155,8 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
             variants,
             _module: module,
             segs: Vec::new(),
-            seg_bytes: Vec::new(),
-            seg_dev: Scratch::default(),
-            rw_dev: Scratch::default(),
+            routing: Vec::new(),
+            routing_dev: Scratch::default(),
             ta: None,
         });
         Ok(())
@@ -189,11 +187,9 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
         if nseg == 0 {
             return Ok(()); // no row is routed: nothing to compute or write
         }
-        // The tile: as for a dense layer of the mean rows per segment and the segments'
-        // columns side by side (their tiles fill the GPU alike), never split.
         let sms = gpu.device().sm_count.max(1) as usize;
         let tiles: Vec<(usize, usize)> = st.variants.iter().map(|v| (v.bm, v.bn)).collect();
-        let t = plan_tile(routed.div_ceil(nseg), nseg * c.n, c.k, sms, &tiles, 1);
+        let t = grouped_tile((routed, nseg), (c.n, c.k), sms, &tiles);
         let vi = st
             .variants
             .iter()
@@ -223,20 +219,22 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
         })
         .map_err(be(NAME))?;
         st.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
-        st.seg_bytes.clear();
-        st.seg_bytes
-            .extend(st.segs.iter().flat_map(|v| v.to_ne_bytes()));
-        let seg_dev = st.seg_dev.get(gpu, st.seg_bytes.len()).map_err(be(NAME))?;
-        seg_dev.upload(&st.seg_bytes).map_err(be(NAME))?;
-        let segs = seg_dev.ptr();
-        let rw = match route_weights {
-            Some(w) => {
-                let buf = st.rw_dev.get(gpu, m).map_err(be_at(NAME, m))?;
-                buf.upload(w).map_err(be(NAME))?;
-                buf.ptr()
-            }
-            None => 0,
-        };
+        // One upload: the segments, then the routing weights from a 16-byte boundary.
+        let bytes = &mut st.routing;
+        bytes.clear();
+        bytes.extend(st.segs.iter().flat_map(|v| v.to_ne_bytes()));
+        let rw_at = bytes.len().next_multiple_of(16);
+        if let Some(w) = route_weights {
+            bytes.resize(rw_at, 0);
+            bytes.extend(w.iter().flat_map(|v| v.to_ne_bytes()));
+        }
+        let dev = st
+            .routing_dev
+            .get(gpu, bytes.len())
+            .map_err(be_at(NAME, m))?;
+        dev.upload(bytes).map_err(be(NAME))?;
+        let segs = dev.ptr();
+        let rw = route_weights.map_or(0, |_| segs + rw_at as u64);
 
         // Quantize every row, then the grouped GEMM.
         let call = st.block.quantize(NAME, c, gpu, Io(m, x, out, None))?;
@@ -281,6 +279,19 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
     }
 }
 
+/// The tile of a grouped call of `routed` rows in `nseg` non-empty segments of an `n` x `k`
+/// layer on `sms` SMs among `tiles`: [`plan_tile`]'s for a dense layer of the mean rows per
+/// segment and the segments' columns side by side (their tiles fill the GPU alike), never
+/// split along K.
+fn grouped_tile(
+    (routed, nseg): (usize, usize),
+    (n, k): (usize, usize),
+    sms: usize,
+    tiles: &[(usize, usize)],
+) -> super::TileChoice {
+    plan_tile(routed.div_ceil(nseg.max(1)), nseg * n, k, sms, tiles, 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,6 +307,31 @@ mod tests {
             e.to_string().contains("multiple of the weight block"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn decode_takes_64_row_tiles_and_prefill_tall_ones() {
+        use crate::cuda::hopper::variants::{has_variant, VARIANTS};
+        // The grouped tiles of a 128x128-block layer (no clusters, no 192-row tile).
+        let tiles: Vec<(usize, usize)> = VARIANTS
+            .iter()
+            .filter(|v| v.2 == 1 && v.0 != 192 && has_variant(v, (128, 128)))
+            .map(|v| (v.0, v.1))
+            .collect();
+        let tile = |experts: usize, rows: usize, (n, k)| {
+            let t = grouped_tile((experts * rows, experts), (n, k), 132, &tiles);
+            assert_eq!(t.splits, 1);
+            (t.bm, t.bn)
+        };
+        // Masked decode, 1 to 16 rows per expert: 64-row tiles (the fewest wasted rows).
+        for (e, r) in [(64, 1), (32, 4), (8, 16)] {
+            for shape in [(4096, 7168), (7168, 2048), (1536, 2048)] {
+                assert_eq!(tile(e, r, shape).0, 64, "{e} x {r} on {shape:?}");
+            }
+        }
+        // Contiguous prefill: the dense layer's tile for the rows per expert.
+        assert_eq!(tile(8, 4096, (4096, 7168)), (256, 128));
+        assert!(tile(8, 512, (4096, 7168)).0 >= 128);
     }
 
     #[test]
