@@ -47,7 +47,7 @@ pub use dtype::DType;
 pub use entry::{Constructor, KernelEntry, Registered};
 pub use error::{KernelError, Unsupported};
 pub use fp8_linear_macros::{fp8_kernel, fp8_table};
-pub use grouped::{Fp8GroupedKernel, GroupedWeights, Routing, RoutingError};
+pub use grouped::{DeviceMasked, Fp8GroupedKernel, GroupedWeights, Routing, RoutingError};
 pub use kernel::{Fp8Kernel, KernelName};
 pub use kind::LayerKind;
 pub use numerics::Numerics;

@@ -1,7 +1,10 @@
 //! A ready-to-use grouped (mixture-of-experts) layer: E experts of one shape, planned from
 //! the grouped tables like a linear layer, each call's rows routed to their experts.
 
-use fp8_linear_core::grouped::{check_grouped_io, Fp8GroupedKernel, GroupedWeights, Routing};
+use fp8_linear_core::grouped::{
+    check_grouped_io, DeviceMasked, Fp8GroupedKernel, GroupedWeights, Routing,
+};
+use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
     KernelEntry, KernelError, KernelOptions, LayerConfig, LayerKind, Options, Plan, Registry,
     SelectError, Tensor, TensorMut,
@@ -177,6 +180,37 @@ impl GroupedLinear {
             route_weights,
             output,
         )?;
+        self.kernel_for(rows, input)?
+            .apply(input, routing, route_weights, output)
+    }
+
+    /// A masked call whose counts (and routing weights) stay in device memory
+    /// ([`DeviceMasked`]): `input` `[E * M_max, K]` and `output` `[E * M_max, N]` on the
+    /// layer's GPU, as for [`Routing::Masked`], the kernel reading each expert's count
+    /// there (clamped to `0..=M_max`). Nothing is uploaded, so a CUDA graph can capture the
+    /// call and replay it with other counts; run it once at this shape before the capture
+    /// (the activation scratch is allocated then). The plan's kernel for `E * M_max` rows
+    /// must read the counts on the device: the grouped Hopper kernel does; any other is
+    /// [`KernelError::Backend`] saying so. Bad shapes or routing buffers are typed errors
+    /// ([`DeviceMasked::check`]). Every row of the input is quantized, counted or not.
+    pub fn forward_masked_on_device(
+        &mut self,
+        input: &Tensor<'_>,
+        routing: &DeviceMasked,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let rows = check_io(&self.config, input, output)?;
+        routing.check(self.experts, rows)?;
+        self.kernel_for(rows, input)?
+            .apply_masked_on_device(input, routing, output)
+    }
+
+    /// The plan's kernel for a call of `rows` rows of `input`.
+    fn kernel_for(
+        &mut self,
+        rows: usize,
+        input: &Tensor<'_>,
+    ) -> Result<&mut Box<dyn Fp8GroupedKernel>, KernelError> {
         let Some(entry) = self.plan.entry_for(rows) else {
             return Err(KernelError::shape(
                 "input",
@@ -184,12 +218,11 @@ impl GroupedLinear {
                 format!("{:?}", input.shape),
             ));
         };
-        let (_, kernel) = self
-            .kernels
+        self.kernels
             .iter_mut()
             .find(|(e, _)| e.name == entry.name)
-            .ok_or_else(|| KernelError::backend("GroupedLinear", "plan kernel not built"))?;
-        kernel.apply(input, routing, route_weights, output)
+            .map(|(_, k)| k)
+            .ok_or_else(|| KernelError::backend("GroupedLinear", "plan kernel not built"))
     }
 
     /// The layer's kernel per range of rows.

@@ -75,12 +75,12 @@ pub use target::Target;
 // The core vocabulary an engine author needs, re-exported by name.
 pub use fp8_linear_core::{
     fp8_kernel, fp8_table, ArchSpec, BuildCtx, Candidate, Capability, Choice, Constructor, DType,
-    Device, DeviceMemory, Explanation, Family, Fp8GroupedKernel, Fp8Kernel, GroupShape,
-    GroupedWeights, KernelEntry, KernelError, KernelName, KernelOptions, LayerConfig, LayerKind,
-    LayerParam, LayerParams, LayerWeights, Numerics, Options, OptionsError, OverrideSource,
-    Overrides, Plan, PlanRange, Platform, QuantKey, Registered, Registry, Routing, RoutingError,
-    RowRange, ScaleDtype, SelectError, Selected, SharedWeights, Storage, StorageMut, Table, Tensor,
-    TensorMut, Tuned, TuningError, TuningFile, UnknownProfile, Unsupported, Verdict,
+    Device, DeviceMasked, DeviceMemory, Explanation, Family, Fp8GroupedKernel, Fp8Kernel,
+    GroupShape, GroupedWeights, KernelEntry, KernelError, KernelName, KernelOptions, LayerConfig,
+    LayerKind, LayerParam, LayerParams, LayerWeights, Numerics, Options, OptionsError,
+    OverrideSource, Overrides, Plan, PlanRange, Platform, QuantKey, Registered, Registry, Routing,
+    RoutingError, RowRange, ScaleDtype, SelectError, Selected, SharedWeights, Storage, StorageMut,
+    Table, Tensor, TensorMut, Tuned, TuningError, TuningFile, UnknownProfile, Unsupported, Verdict,
 };
 // Modules with helpers for kernel authors (checks, FP8 conversion, tuning-file keys).
 pub use fp8_linear_core::{fp8, grouped, kernel, options, plan, select, tuning, validate};

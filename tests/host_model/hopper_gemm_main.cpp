@@ -6,9 +6,10 @@
 //   model INPUT OUTPUT
 //
 // INPUT sections (u64 byte count, bytes): params (i32: M N K ldk ldbs bm bn splits kbps ctas
-// has_bias launches, then grouped: experts nseg has_rw), A codes [M, ldk], As f32
+// has_bias launches, then grouped: experts nseg has_rw m_max), A codes [M, ldk], As f32
 // [ceil(K / SBK), M], B codes [E N, ldk], Bs f32 [E ceil(N / SBN), ldbs], bias [E N] f32,
-// then grouped: segments i32 [nseg, 3] (expert, first row, rows), routing weights [M] f32.
+// then grouped: segments i32 [nseg, 3] (expert, first row, rows), routing weights [M] f32,
+// masked counts i32 [nseg] (m_max > 0: the kernel reads them instead of the segments).
 // OUTPUT: launches x M x N elements of HOPPER_OUT; grouped, each launch's output starts as
 // 0xff bytes, which rows no segment covers keep.
 #include <unistd.h>
@@ -23,7 +24,8 @@ typedef void (*Gemm)(const TmaDesc, const TmaDesc, const float*, const float*, v
 #define TILE(T) hopper_gemm_##T
 #else
 typedef void (*Gemm)(const TmaDesc, const TmaDesc, const float*, const float*, void*,
-                     const float*, const float*, const int*, int, int, int, int, int);
+                     const float*, const float*, const int*, const int*, int, int, int, int, int,
+                     int);
 #define TILE(T) hopper_grouped_##T
 #endif
 struct Variant {
@@ -78,9 +80,10 @@ int main(int argc, char** argv) {
     const int M = p[0], N = p[1], K = p[2], ldk = p[3], ldbs = p[4], bm = p[5], bn = p[6];
     const int splits = p[7], kbps = p[8], ctas = p[9], has_bias = p[10], launches = p[11];
 #ifdef HOPPER_GROUPED
-    const int experts = p[12], nseg = p[13], has_rw = p[14];
+    const int experts = p[12], nseg = p[13], has_rw = p[14], m_max = p[15];
     const std::vector<int> segs = section_as<int>(read_section(f));
     const std::vector<float> rw = section_as<float>(read_section(f));
+    const std::vector<int> counts = section_as<int>(read_section(f));
 #else
     const int experts = 1;
 #endif
@@ -101,7 +104,8 @@ int main(int argc, char** argv) {
         run_grid(Dim3{(unsigned)ctas, 1, 1}, v->threads, l, [&] {
 #ifdef HOPPER_GROUPED
             v->f(ta, tb, as.data(), bs.data(), out.data(), bp, has_rw ? rw.data() : nullptr,
-                 segs.data(), nseg, M, N, K, ldbs);
+                 m_max > 0 ? nullptr : segs.data(), m_max > 0 ? counts.data() : nullptr, nseg,
+                 m_max, M, N, K, ldbs);
 #else
             v->f(ta, tb, as.data(), bs.data(), out.data(), ws.data(), bp, M, N, K, kbps, splits,
                  ldbs);

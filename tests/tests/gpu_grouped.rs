@@ -10,11 +10,12 @@
 use std::sync::Arc;
 
 use fp8_linear::cpu::CpuGroupedReference;
-use fp8_linear::cuda::runtime::Gpu;
+use fp8_linear::cuda::interop::cudarc::driver::sys;
+use fp8_linear::cuda::runtime::{DeviceBuffer, Gpu};
 use fp8_linear::cuda::HopperGroupedFp8;
 use fp8_linear::{
-    DType, GroupedLinear, KernelOptions, LayerConfig, Registered, Routing, ScaleDtype, Target,
-    Tensor, TensorMut,
+    bf16, DType, DeviceMasked, GroupedLinear, KernelOptions, LayerConfig, Registered, Routing,
+    ScaleDtype, Target, Tensor, TensorMut,
 };
 use fp8_linear_tests::check::{compare_rows, Tolerance};
 use fp8_linear_tests::gpu::{entry_runs_on, gpu_or_skip, pick_rows, upload_as, AnyBuffer};
@@ -101,6 +102,56 @@ fn routed_rows(routing: &Routing<'_>, experts: usize, rows: usize) -> Vec<usize>
     r
 }
 
+/// The reference layer (f32 in and out) of the experts `x` of `cfg`.
+fn reference_of(cfg: &LayerConfig, x: &Experts) -> GroupedLinear {
+    let cpu_cfg = LayerConfig {
+        input_dtype: DType::F32,
+        output_dtype: DType::F32,
+        ..*cfg
+    };
+    let entry = &CpuGroupedReference::ENTRY;
+    let options = KernelOptions::none();
+    GroupedLinear::with_entry(entry, &Target::cpu(), &cpu_cfg, &x.weights(), &options).unwrap()
+}
+
+/// Checks `got` (the GPU's output of a call on the activations `exact`, as the device held
+/// them) against the reference's on the rows the routing gives an expert, and that every
+/// other row of `got` is still NaN (the poisoned output untouched).
+fn expect_reference(
+    reference: &mut GroupedLinear,
+    cfg: &LayerConfig,
+    (exact, got): (&[f32], &[f32]),
+    (routing, w): (&Routing<'_>, Option<&[f32]>),
+    what: &str,
+) {
+    let (n, k) = (cfg.n, cfg.k);
+    let m = exact.len() / k;
+    let mut want = vec![f32::NAN; m * n];
+    reference
+        .forward(
+            &Tensor::f32(exact, [m, k]),
+            routing,
+            w,
+            &mut TensorMut::f32(&mut want, [m, n]),
+        )
+        .unwrap();
+    let rows = routed_rows(routing, reference.experts(), m);
+    let want64: Vec<f64> = pick_rows(&want, n, &rows)
+        .iter()
+        .map(|&v| f64::from(v))
+        .collect();
+    let tol = Tolerance::for_kernel(&HopperGroupedFp8::ENTRY, cfg);
+    let c = compare_rows(&pick_rows(got, n, &rows), &want64, n, &rows, tol);
+    eprintln!("{what}: {}", c.summary());
+    c.assert_ok(what);
+    for r in (0..m).filter(|r| rows.binary_search(r).is_err()) {
+        assert!(
+            got[r * n..(r + 1) * n].iter().all(|v| v.is_nan()),
+            "{what}: row {r}, which no expert owns, was written"
+        );
+    }
+}
+
 #[test]
 fn every_call_form_matches_the_grouped_reference() {
     let Some(gpu) = hopper("every_call_form_matches_the_grouped_reference") else {
@@ -124,19 +175,7 @@ fn every_call_form_matches_the_grouped_reference() {
         let x = Experts::random(&cfg, experts);
         let mut layer = on_gpu(&gpu, &cfg, &x);
         // The reference on f32 activations (the values the device holds) and f32 output.
-        let cpu_cfg = LayerConfig {
-            input_dtype: DType::F32,
-            output_dtype: DType::F32,
-            ..cfg
-        };
-        let mut reference = GroupedLinear::with_entry(
-            &CpuGroupedReference::ENTRY,
-            &Target::cpu(),
-            &cpu_cfg,
-            &x.weights(),
-            &KernelOptions::none(),
-        )
-        .unwrap();
+        let mut reference = reference_of(&cfg, &x);
         for case in &CASES {
             let m = case.rows;
             let what = format!("{cfg}: {} of {m} rows", case.routing.name());
@@ -153,30 +192,8 @@ fn every_call_form_matches_the_grouped_reference() {
                 )
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             let got = out.to_f32();
-            let mut want = vec![f32::NAN; m * n];
-            reference
-                .forward(
-                    &Tensor::f32(&exact, [m, k]),
-                    &case.routing,
-                    w,
-                    &mut TensorMut::f32(&mut want, [m, n]),
-                )
-                .unwrap();
-            let rows = routed_rows(&case.routing, experts, m);
-            let want64: Vec<f64> = pick_rows(&want, n, &rows)
-                .iter()
-                .map(|&v| f64::from(v))
-                .collect();
-            let tol = Tolerance::for_kernel(&HopperGroupedFp8::ENTRY, &cfg);
-            let c = compare_rows(&pick_rows(&got, n, &rows), &want64, n, &rows, tol);
-            eprintln!("{what}: {}", c.summary());
-            c.assert_ok(&what);
-            for r in (0..m).filter(|r| rows.binary_search(r).is_err()) {
-                assert!(
-                    got[r * n..(r + 1) * n].iter().all(|v| v.is_nan()),
-                    "{what}: row {r}, which no expert owns, was written"
-                );
-            }
+            let call = (&case.routing, w);
+            expect_reference(&mut reference, &cfg, (&exact, &got), call, &what);
         }
     }
 }
@@ -212,4 +229,77 @@ fn a_call_routing_no_row_writes_nothing() {
         )
         .unwrap_err();
     assert!(e.to_string().contains("above M_max"), "{e}");
+}
+
+/// Writes `counts` as i32 into the device buffer `buf` (on its stream).
+fn write_counts(buf: &mut DeviceBuffer<u8>, counts: &[i32]) {
+    let bytes: Vec<u8> = counts.iter().flat_map(|c| c.to_ne_bytes()).collect();
+    buf.upload(&bytes).unwrap();
+}
+
+#[test]
+fn masked_counts_on_the_device_capture_into_a_graph() {
+    let Some(base) = hopper("masked_counts_on_the_device_capture_into_a_graph") else {
+        return;
+    };
+    // A stream of our own: the legacy default stream cannot be captured.
+    let gpu = base.fork_stream().unwrap();
+    let cfg = LayerConfig {
+        bias: true,
+        ..LayerConfig::block_128(256, 448, DType::Bf16, DType::Bf16)
+    };
+    let (n, k, experts, m_max) = (cfg.n, cfg.k, 8, 16);
+    let m = experts * m_max;
+    let x = Experts::random(&cfg, experts);
+    let mut layer = on_gpu(&gpu, &cfg, &x);
+    let mut reference = reference_of(&cfg, &x);
+    let (xin, exact) = upload_as(&gpu, &random_activations(m, k), cfg.input_dtype);
+    let w: Vec<f32> = (0..m).map(|r| 0.5 + (r % 3) as f32 * 0.25).collect();
+    let rw = DeviceBuffer::from_host(&gpu, &w).unwrap();
+    let mut counts = DeviceBuffer::<u8>::zeros(&gpu, 4 * experts).unwrap();
+    let routing = DeviceMasked {
+        counts: counts.memory(),
+        route_weights: Some(rw.memory()),
+        expected_rows: 4,
+    };
+    // The output the graph captures: poisoned in place before every call.
+    let mut out = DeviceBuffer::<bf16>::zeros(&gpu, m * n).unwrap();
+    let host = |out: &DeviceBuffer<bf16>| -> Vec<f32> {
+        out.to_host().unwrap().iter().map(|v| v.to_f32()).collect()
+    };
+    // (the counts given, and as the kernel clamps them to 0..=M_max)
+    let runs: [([i32; 8], [usize; 8]); 2] = [
+        ([16, 0, 3, 1, 16, -2, 40, 7], [16, 0, 3, 1, 16, 0, 16, 7]),
+        ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8]),
+    ];
+    // Outside a capture first (the activation scratch is allocated there).
+    write_counts(&mut counts, &runs[0].0);
+    out.fill_bytes(0xff).unwrap();
+    layer
+        .forward_masked_on_device(&xin.tensor([m, k]), &routing, &mut out.tensor_mut([m, n]))
+        .unwrap();
+    let call = (&Routing::Masked(&runs[0].1), Some(&w[..]));
+    let what = "device counts, direct";
+    expect_reference(&mut reference, &cfg, (&exact, &host(&out)), call, what);
+
+    // Captured, then replayed with each run's counts written into the same buffer.
+    let stream = gpu.stream().clone();
+    out.fill_bytes(0xff).unwrap();
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    let r =
+        layer.forward_masked_on_device(&xin.tensor([m, k]), &routing, &mut out.tensor_mut([m, n]));
+    let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+    r.unwrap();
+    let graph = graph.unwrap().expect("a captured graph");
+    for (given, clamped) in &runs {
+        write_counts(&mut counts, given);
+        out.fill_bytes(0xff).unwrap();
+        graph.launch().unwrap();
+        gpu.synchronize().unwrap();
+        let call = (&Routing::Masked(clamped), Some(&w[..]));
+        let what = format!("device counts {given:?}, graph replay");
+        expect_reference(&mut reference, &cfg, (&exact, &host(&out)), call, &what);
+    }
 }

@@ -5,9 +5,9 @@
 use fp8_linear::cpu::{CpuFp8Gemm, CpuGroupedFp8Gemm, CpuGroupedReference};
 use fp8_linear::tables::{BUILTIN, GROUPED};
 use fp8_linear::{
-    DType, GroupedLinear, GroupedLinearError, GroupedWeights, KernelEntry, KernelError,
-    KernelOptions, LayerConfig, LayerKind, Linear, Options, QuantKey, Registered, Routing,
-    RoutingError, ScaleDtype, Target, Tensor, TensorMut,
+    DType, DeviceMasked, DeviceMemory, GroupedLinear, GroupedLinearError, GroupedWeights,
+    KernelEntry, KernelError, KernelOptions, LayerConfig, LayerKind, Linear, Options, QuantKey,
+    Registered, Routing, RoutingError, ScaleDtype, Target, Tensor, TensorMut,
 };
 use fp8_linear_tests::check::{compare, Tolerance};
 use fp8_linear_tests::layers::{block_config, random_activations, reference_rows, Experts};
@@ -417,4 +417,50 @@ fn bad_shapes_and_kinds_are_typed_errors() {
     let a100 = Target::profile("a100").unwrap();
     assert!(GroupedLinear::new(&a100, &config, &w, &Options::none()).is_err());
     let _ = <CpuGroupedReference as Registered>::ENTRY.name;
+}
+
+/// A masked call with its counts in device memory is checked like any call, then refused by
+/// the CPU kernels (they cannot read device counts), never a panic.
+#[test]
+fn masked_counts_on_the_device_need_a_gpu_kernel() {
+    let config = LayerConfig::block_128(128, 256, DType::F32, DType::F32);
+    let experts = Experts::random(&config, 2);
+    let counts = DeviceMemory {
+        ptr: 256,
+        bytes: 8,
+        ordinal: 0,
+    };
+    let routing = DeviceMasked {
+        counts,
+        route_weights: None,
+        expected_rows: 1,
+    };
+    for entry in ENTRIES {
+        let mut g = layer(entry, &config, &experts);
+        let call = |g: &mut GroupedLinear, rows: usize, routing: &DeviceMasked| {
+            let x = vec![0f32; rows * 256];
+            let mut y = vec![0f32; rows * 128];
+            let e = g
+                .forward_masked_on_device(
+                    &Tensor::f32(&x, [rows, 256]),
+                    routing,
+                    &mut TensorMut::f32(&mut y, [rows, 128]),
+                )
+                .unwrap_err();
+            e.to_string()
+        };
+        let e = call(&mut g, 4, &routing);
+        assert!(
+            e.contains("GPU kernel that reads them"),
+            "{}: {e}",
+            entry.name
+        );
+        let e = call(&mut g, 3, &routing);
+        assert!(e.contains("multiple of E"), "{}: {e}", entry.name);
+        let short = DeviceMasked {
+            counts: DeviceMemory { bytes: 4, ..counts },
+            ..routing
+        };
+        assert!(call(&mut g, 4, &short).contains("counts"), "{}", entry.name);
+    }
 }

@@ -6,7 +6,8 @@
 //! units each, in another block order per launch), segments of every call form (contiguous
 //! offsets with an empty expert and padding rows past the last offset, masked slabs with
 //! empty and one-row experts, runs of expert ids that visit one expert twice), segments that
-//! start inside a tile and end inside the next, each expert's weight rows, weight scales and
+//! start inside a tile and end inside the next, masked counts read on the device (a negative
+//! one and one above M_max clamped), each expert's weight rows, weight scales and
 //! bias found in the stacks, the routing weights multiplied after the bias, tall and narrow,
 //! aligned and unaligned tiles, the staged and the direct epilogue, against the f64 reference
 //! of each segment on its expert; rows no segment covers are left as they were.
@@ -25,7 +26,8 @@ const DRIVER: &str = include_str!("../host_model/hopper_gemm_main.cpp");
 const LAUNCHES: usize = 2;
 
 /// One grouped call: `experts` experts of N x K over M rows cut into `segs` (expert, first
-/// row, rows) on `bm` x `bn` tiles, `ctas` persistent CTAs.
+/// row, rows), or masked with the kernel reading `counts` (clamped to 0..M / E) on the
+/// device, on `bm` x `bn` tiles, `ctas` persistent CTAs.
 struct Call {
     experts: usize,
     m: usize,
@@ -33,6 +35,7 @@ struct Call {
     k: usize,
     tile: (usize, usize),
     segs: &'static [(usize, usize, usize)],
+    counts: Option<&'static [i32]>,
     bias: bool,
     route_weights: bool,
     ctas: usize,
@@ -58,6 +61,7 @@ const MODULES: [Module; 2] = [
                 n: 200,
                 k: 700,
                 tile: (64, 64),
+                counts: None,
                 segs: &[(0, 0, 70), (1, 70, 0), (2, 70, 200)],
                 bias: true,
                 route_weights: true,
@@ -71,6 +75,7 @@ const MODULES: [Module; 2] = [
                 n: 264,
                 k: 500,
                 tile: (128, 128),
+                counts: None,
                 segs: &[(0, 0, 40), (1, 40, 0), (2, 80, 13), (3, 120, 1)],
                 bias: false,
                 route_weights: true,
@@ -83,10 +88,25 @@ const MODULES: [Module; 2] = [
                 n: 136,
                 k: 600,
                 tile: (256, 128),
+                counts: None,
                 segs: &[(1, 0, 5), (0, 5, 90), (1, 95, 35)],
                 bias: true,
                 route_weights: false,
                 ctas: 2,
+            },
+            // Masked with the counts on the device, M_max = 40: a full slab, a negative count
+            // and one above M_max (clamped to 0 and 40), one row.
+            Call {
+                experts: 4,
+                m: 160,
+                n: 264,
+                k: 500,
+                tile: (64, 128),
+                counts: Some(&[40, -3, 99, 1]),
+                segs: &[],
+                bias: true,
+                route_weights: true,
+                ctas: 3,
             },
             // 144 columns (two scale rows), rows of 600 bytes: the direct stores.
             Call {
@@ -95,6 +115,7 @@ const MODULES: [Module; 2] = [
                 n: 300,
                 k: 300,
                 tile: (64, 144),
+                counts: None,
                 segs: &[(1, 3, 20), (0, 30, 17)],
                 bias: true,
                 route_weights: true,
@@ -111,6 +132,7 @@ const MODULES: [Module; 2] = [
             n: 72,
             k: 330,
             tile: (64, 32),
+            counts: None,
             segs: &[(2, 0, 33), (0, 33, 57)],
             bias: true,
             route_weights: true,
@@ -142,11 +164,17 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     let bias: Vec<f32> = (0..e * n).map(|j| (j % 7) as f32 * 0.25 - 0.75).collect();
     let rw: Vec<f32> = (0..m).map(|r| 0.25 + (r % 5) as f32 * 0.375).collect();
     let (bm, bn) = c.tile;
-    let units: usize = c
-        .segs
-        .iter()
-        .map(|s| s.2.div_ceil(bm) * n.div_ceil(bn))
-        .sum();
+    // The segments the kernel computes: the triples, or the clamped device counts.
+    let m_max = c.counts.map_or(0, |_| m / e);
+    let segs: Vec<(usize, usize, usize)> = match c.counts {
+        Some(counts) => counts
+            .iter()
+            .enumerate()
+            .map(|(x, &n)| (x, x * m_max, n.clamp(0, m_max as i32) as usize))
+            .collect(),
+        None => c.segs.to_vec(),
+    };
+    let units: usize = segs.iter().map(|s| s.2.div_ceil(bm) * n.div_ceil(bn)).sum();
     let params = [
         m,
         n,
@@ -161,8 +189,9 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
         usize::from(c.bias),
         LAUNCHES,
         e,
-        c.segs.len(),
+        segs.len(),
         usize::from(c.route_weights),
+        m_max,
     ];
     let mut input = gemm_input(
         &params,
@@ -170,17 +199,21 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
         (&padded_rows(&w, e * n, k, ldk), &bs),
         &bias,
     );
-    let segs: Vec<i32> = c
+    let triples: Vec<i32> = c
         .segs
         .iter()
         .flat_map(|&(x, r0, len)| [x as i32, r0 as i32, len as i32])
         .collect();
-    section(&mut input, &le(&segs, |v| v.to_le_bytes()));
+    section(&mut input, &le(&triples, |v| v.to_le_bytes()));
     section(&mut input, &le(&rw, |v| v.to_le_bytes()));
+    section(
+        &mut input,
+        &le(c.counts.unwrap_or(&[]), |v| v.to_le_bytes()),
+    );
     let what = format!(
         "grouped {rows}x{cols} blocks -> {}: E={e} M={m} N={n} K={k} tile {bm}x{bn} \
-         segments {:?} bias {} routing weights {}",
-        module.output, c.segs, c.bias, c.route_weights
+         segments {segs:?} bias {} routing weights {}",
+        module.output, c.bias, c.route_weights
     );
     let outs = model_outputs(
         model,
@@ -195,7 +228,7 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     let out = &outs[0];
     // Each segment's rows against its expert's reference; every other row untouched.
     let mut covered = vec![false; m];
-    for &(x, r0, len) in c.segs {
+    for &(x, r0, len) in &segs {
         if len == 0 {
             continue;
         }

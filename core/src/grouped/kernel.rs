@@ -3,7 +3,7 @@
 
 use crate::config::LayerConfig;
 use crate::error::{KernelError, Unsupported};
-use crate::grouped::{GroupedWeights, Routing};
+use crate::grouped::{DeviceMasked, GroupedWeights, Routing};
 use crate::kernel::KernelName;
 use crate::tensor::{Tensor, TensorMut};
 
@@ -38,4 +38,23 @@ pub trait Fp8GroupedKernel: KernelName + Send + 'static {
         route_weights: Option<&[f32]>,
         output: &mut TensorMut<'_>,
     ) -> Result<(), KernelError>;
+
+    /// A masked call whose counts (and routing weights) the kernel reads from device memory
+    /// ([`DeviceMasked`], checked by the facade), so that a CUDA graph can capture it:
+    /// `input` `[E * M_max, K]` and `output` `[E * M_max, N]` as for
+    /// [`Routing::Masked`]. Only kernels that read the counts on the device take it; the
+    /// default refuses ([`KernelError::Backend`]).
+    fn apply_masked_on_device(
+        &mut self,
+        input: &Tensor<'_>,
+        routing: &DeviceMasked,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let _ = (input, routing, output);
+        Err(KernelError::backend(
+            self.name(),
+            "masked counts in device memory need a GPU kernel that reads them on the device \
+             (HopperGroupedFp8); pass the counts from the host (Routing::Masked) instead",
+        ))
+    }
 }

@@ -36,7 +36,8 @@
 // Grouped (a module compiled with -DHOPPER_GROUPED: `hopper_grouped_*` kernels instead of the
 // dense ones): E experts' weights stacked, B [E * N, ldk] and Bs [E * ceil(N/SBN), ldbs], bias
 // [E * N]; `segs` lists S segments of the input's M rows as (expert, first row, rows) int
-// triples, read on the device. A work unit is one tile of one segment (its rows from the
+// triples, read on the device, or, masked with the counts on the device (`counts` not null,
+// S = E), segment e is (e, e * m_max, counts[e] clamped to 0..m_max). A work unit is one tile of one segment (its rows from the
 // segment's first, rows past its end masked like rows past M: they may be another segment's,
 // loaded but never stored), never split along K; an empty segment has none. Rows no segment
 // covers are not written. Each stored value is (sum + bias[e, n]) * rw[m] when the per-row
@@ -134,11 +135,23 @@ __device__ __forceinline__ void prefetch_tensormap(const TmaDesc* map) {
 struct Unit {
     int m0, mend, e, nb, kb0, kb1, sp;
 };
+struct Seg {
+    int e, r0, rows;
+};
 struct Sched {
     int num_mc, splits, kbps, Kb, bm, cl, rank, first, step, units, M;
-    // Grouped: the segments (expert, first row, rows) and the tiles across N.
+    // Grouped: the segments (expert, first row, rows) or the masked counts, and the tiles
+    // across N.
     const int* segs;
-    int nseg, num_n;
+    const int* counts;
+    int nseg, m_max, num_n;
+    __device__ __forceinline__ Seg seg(int s) const {
+        if (counts != nullptr) {
+            const int c = counts[s];
+            return Seg{s, s * m_max, c < 0 ? 0 : (c > m_max ? m_max : c)};
+        }
+        return Seg{segs[3 * s], segs[3 * s + 1], segs[3 * s + 2]};
+    }
     __device__ __forceinline__ Unit at(int u) const {
         const int sp = u % splits, t = u / splits;
         Unit r;
@@ -163,19 +176,20 @@ template <bool G> struct Walk {
     __device__ __forceinline__ explicit Walk(const Sched& sched) : sc(sched), u(sched.first) {}
     __device__ __forceinline__ bool next(Unit& w) {
         if constexpr (G) {
-            int cnt = 0, num_m = 0;
+            Seg g{0, 0, 0};
+            int num_m = 0;
             for (;; ++s) {
                 if (s >= sc.nseg) return false;
-                cnt = sc.segs[3 * s + 2];
-                num_m = (cnt + sc.bm - 1) / sc.bm;
+                g = sc.seg(s);
+                num_m = (g.rows + sc.bm - 1) / sc.bm;
                 if (u < before + num_m * sc.num_n) break;
                 before += num_m * sc.num_n;
             }
             const int t = u - before;
             w.nb = t / num_m;
-            w.m0 = sc.segs[3 * s + 1] + (t % num_m) * sc.bm;
-            w.mend = sc.segs[3 * s + 1] + cnt;
-            w.e = sc.segs[3 * s];
+            w.m0 = g.r0 + (t % num_m) * sc.bm;
+            w.mend = g.r0 + g.rows;
+            w.e = g.e;
             w.kb0 = 0;
             w.kb1 = sc.Kb;
             w.sp = 0;
@@ -625,8 +639,9 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
 // block, in the other set, is waited for and promoted, so the tensor cores run while the
 // warpgroup promotes. Otherwise each scale block's MMAs are waited for before its promotion
 // (the other warpgroups' MMAs fill part of that wait).
-// Grouped (G): `segs` holds `nseg` segments (see the top), `rw` the routing weights or null;
-// one K split (kbps = ceil(K / BK)), no cluster. Dense: both unused.
+// Grouped (G): `segs` holds `nseg` segments, or `counts` the nseg experts' masked counts over
+// slabs of `m_max` rows (see the top); `rw` the routing weights or null; one K split (kbps =
+// ceil(K / BK)), no cluster. Dense: all unused.
 template <int NWG, int WAVES, int STAGES, int BN, int CL, bool G>
 __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb,
                                             const float* __restrict__ As,
@@ -634,8 +649,9 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
                                             float* __restrict__ ws,
                                             const float* __restrict__ bias,
                                             const float* __restrict__ rw,
-                                            const int* __restrict__ segs, int nseg, int M, int N,
-                                            int K, int kbps, int splits, int ldbs) {
+                                            const int* __restrict__ segs,
+                                            const int* __restrict__ counts, int nseg, int m_max,
+                                            int M, int N, int K, int kbps, int splits, int ldbs) {
     static_assert(!G || CL == 1, "grouped kernels have no clusters");
     constexpr int BM = 64 * NWG * WAVES;
     constexpr u32 A_BYTES = BM * BK, B_BYTES = BN * BK;
@@ -662,7 +678,9 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
     sc.units = sc.num_mc * num_n * splits;
     sc.M = M;
     sc.segs = segs;
+    sc.counts = counts;
     sc.nseg = nseg;
+    sc.m_max = m_max;
     sc.num_n = num_n;
     const int wg = threadIdx.x / 128;
 
@@ -744,7 +762,8 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
              const float* As, const float* Bs, void* out, float* ws, const float* bias, int M,   \
              int N, int K, int kbps, int splits, int ldbs) {                                     \
         hopper_gemm<NWG, WAVES, STAGES, BN, CL, false>(&ta, &tb, As, Bs, out, ws, bias, nullptr, \
-                                                       nullptr, 0, M, N, K, kbps, splits, ldbs); \
+                                                       nullptr, nullptr, 0, 0, M, N, K, kbps,    \
+                                                       splits, ldbs);                            \
     }
 #define HOPPER_KERNEL(T, NWG, WAVES, STAGES, BN) \
     HOPPER_KERNEL_AT(hopper_gemm_##T, NWG, WAVES, STAGES, BN, 1, )
@@ -754,16 +773,17 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
     HOPPER_KERNEL_AT(hopper_gemm_##T##c2, NWG, WAVES, STAGES, BN, 2, __cluster_dims__(2, 1, 1))
 #else
 // `tb` maps the E * N rows of the stacked weights; `segs` the nseg (expert, first row, rows)
-// triples; `bias` [E * N] and `rw` [M] may be null.
+// triples, or (segs null) `counts` the nseg experts' masked counts over slabs of m_max rows;
+// `bias` [E * N] and `rw` [M] may be null.
 #define HOPPER_KERNEL(T, NWG, WAVES, STAGES, BN)                                                  \
     extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                             \
         hopper_grouped_##T(const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, \
                            const float* As, const float* Bs, void* out, const float* bias,       \
-                           const float* rw, const int* segs, int nseg, int M, int N, int K,      \
-                           int ldbs) {                                                           \
+                           const float* rw, const int* segs, const int* counts, int nseg,        \
+                           int m_max, int M, int N, int K, int ldbs) {                           \
         hopper_gemm<NWG, WAVES, STAGES, BN, 1, true>(&ta, &tb, As, Bs, out, nullptr, bias, rw,   \
-                                                     segs, nseg, M, N, K, (K + BK - 1) / BK, 1,  \
-                                                     ldbs);                                      \
+                                                     segs, counts, nseg, m_max, M, N, K,         \
+                                                     (K + BK - 1) / BK, 1, ldbs);                \
     }
 #define HOPPER_KERNEL_C2(T, NWG, WAVES, STAGES, BN)
 #endif

@@ -1,7 +1,8 @@
 //! The grouped Hopper kernel: E experts of one block-scaled layer (a mixture-of-experts
 //! projection) in one persistent launch of the Hopper GEMM's grouped kernels
 //! (`hopper_grouped_*`, the same source built with `-DHOPPER_GROUPED`): the call's rows are
-//! cut into (expert, first row, rows) segments on the host, uploaded, and the CTAs walk
+//! cut into (expert, first row, rows) segments on the host, uploaded (or, masked with the
+//! counts in device memory, read there by the kernel), and the CTAs walk
 //! every segment's tiles, each reading its expert's rows of the stacked weights, scales and
 //! bias; the routing weights are multiplied in the epilogue. The activations of every row
 //! are quantized once, as a dense layer's.
@@ -9,11 +10,14 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaModule, PushKernelArg};
-use fp8_linear_core::grouped::{check_grouped_io, Fp8GroupedKernel, GroupedWeights, Routing};
+use fp8_linear_core::grouped::{
+    check_grouped_io, DeviceMasked, Fp8GroupedKernel, GroupedWeights, Routing,
+};
 use fp8_linear_core::kernel::processed;
+use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
-    fp8_kernel, BuildCtx, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor, TensorMut,
-    Unsupported,
+    fp8_kernel, BuildCtx, DeviceMemory, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
+    TensorMut, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::tma::TensorMap;
@@ -23,7 +27,7 @@ use super::{load, plan_tile, Form, HopperBlockFp8, Variant};
 use crate::cuda::skeleton::block::{
     weight_block, ActLayout, BlockLayer, BlockWeights, ROWS_16_ROW_MAJOR,
 };
-use crate::cuda::skeleton::device_io::{check_row_count, device_io, gpu_of};
+use crate::cuda::skeleton::device_io::{check_row_count, device_io, gpu_of, same_device};
 use crate::cuda::skeleton::dtype::float_index;
 use crate::cuda::skeleton::error::{be, be_at};
 use crate::cuda::skeleton::launch::{grid, launch};
@@ -45,8 +49,12 @@ const NAME: &str = HopperGroupedFp8::NAME;
 /// ragged segments, each tile height); it has not yet run on a GPU, so it is not in the
 /// built-in grouped tables: build it with
 /// [`GroupedLinear::with_entry`](crate::GroupedLinear::with_entry).
-/// Calls upload their routing from host memory, which a stream being captured into a CUDA
-/// graph refuses ([`KernelError::Backend`] saying so).
+/// A [`Routing`] call uploads its segments and routing weights from host memory (one copy),
+/// which a stream being captured into a CUDA graph refuses ([`KernelError::Backend`] saying
+/// so); a masked call with its counts and routing weights in device memory
+/// ([`GroupedLinear::forward_masked_on_device`](crate::GroupedLinear::forward_masked_on_device))
+/// uploads nothing and can be captured: the CTAs read each expert's count there, clamped to
+/// the slab, and the launch is sized for every slab full.
 #[fp8_kernel(platform = Cuda, kind = Grouped, priority = 1, arch = sm90a, backend = hopper)]
 pub struct HopperGroupedFp8 {
     gpu: Arc<Gpu>,
@@ -118,6 +126,9 @@ fn as_one_layer<'a>(
     Ok((tall, one))
 }
 
+// Not listed among "other types that implement it" in the error for a type that does not
+// implement `Fp8GroupedKernel` (as the CPU grouped kernels).
+#[diagnostic::do_not_recommend]
 impl Fp8GroupedKernel for HopperGroupedFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
         <HopperBlockFp8 as Fp8Kernel>::can_implement(config)?;
@@ -187,34 +198,14 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
         if nseg == 0 {
             return Ok(()); // no row is routed: nothing to compute or write
         }
-        let sms = gpu.device().sm_count.max(1) as usize;
-        let tiles: Vec<(usize, usize)> = st.variants.iter().map(|v| (v.bm, v.bn)).collect();
-        let t = grouped_tile((routed, nseg), (c.n, c.k), sms, &tiles);
-        let vi = st
-            .variants
-            .iter()
-            .position(|v| (v.bm, v.bn) == (t.bm, t.bn))
-            .ok_or_else(|| {
-                KernelError::backend(NAME, "plan_tile picked a tile it was not given")
-            })?;
-        let (bm, bn) = (t.bm, t.bn);
-        let units: usize = st
-            .segs
-            .chunks(3)
-            .map(|s| (s[2] as usize).div_ceil(bm) * c.n.div_ceil(bn))
-            .sum();
-        if units > i32::MAX as usize {
-            return Err(KernelError::shape(
-                "input",
-                "[M, K] with fewer than 2^31 tiles of the experts' rows",
-                format!("{:?}", input.shape),
-            ));
-        }
+        let t = st.tile(gpu, (routed, nseg), (c.n, c.k))?;
+        let tiles = |s: &[i32]| (s[2] as usize).div_ceil(t.0) * c.n.div_ceil(t.1);
+        let units: usize = st.segs.chunks(3).map(tiles).sum();
 
         // Reserve, then upload the routing (host memory: not in a graph capture).
         gpu.refuse_in_capture(|| {
-            "upload a grouped call's routing from host memory (HopperGroupedFp8 cannot be \
-             captured into a CUDA graph yet)"
+            "upload a grouped call's routing from host memory (capture a masked call with \
+             its counts on the device instead: GroupedLinear::forward_masked_on_device)"
                 .into()
         })
         .map_err(be(NAME))?;
@@ -234,46 +225,153 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
             .map_err(be_at(NAME, m))?;
         dev.upload(bytes).map_err(be(NAME))?;
         let segs = dev.ptr();
-        let rw = route_weights.map_or(0, |_| segs + rw_at as u64);
+        let work = Work {
+            segs,
+            counts: 0,
+            nseg,
+            m_max: 0,
+            rw: route_weights.map_or(0, |_| segs + rw_at as u64),
+        };
+        // SAFETY: the segments are the routing's, checked against the experts and the m
+        // rows (Routing::check via check_grouped_io); the routing weights m floats.
+        unsafe { st.enqueue(c, gpu, (m, x, out), t, units, work) }
+    }
 
-        // Quantize every row, then the grouped GEMM.
-        let call = st.block.quantize(NAME, c, gpu, Io(m, x, out, None))?;
-        let ldk = st.block.weights.w.ldk;
+    fn apply_masked_on_device(
+        &mut self,
+        input: &Tensor<'_>,
+        routing: &DeviceMasked,
+        output: &mut TensorMut<'_>,
+    ) -> Result<(), KernelError> {
+        let (c, gpu) = (&self.config, &self.gpu);
+        let st = processed(&mut self.state, NAME)?;
+        let m = check_io(c, input, output)?;
+        let m_max = routing.check(st.experts, m)?;
+        let (m, x, out) = device_io(NAME, c, gpu, input, output)?;
+        check_row_count(input, m, c.n)?;
+        same_device("counts", &routing.counts, gpu)?;
+        if let Some(w) = &routing.route_weights {
+            same_device("routing weights", w, gpu)?;
+        }
+        let e = st.experts;
+        let t = st.tile(gpu, (routing.expected_rows * e, e), (c.n, c.k))?;
+        // At most every slab full: the grid's bound (the CTAs find the counts' units).
+        let units = e * m_max.div_ceil(t.0) * c.n.div_ceil(t.1);
+        st.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
+        let work = Work {
+            segs: 0,
+            counts: routing.counts.ptr,
+            nseg: e,
+            m_max,
+            rw: routing.route_weights.map_or(0, |w| w.ptr),
+        };
+        // SAFETY: counts holds E i32 and the routing weights m floats on this GPU
+        // (DeviceMasked::check, same_device); the kernel clamps each count to 0..=m_max, so
+        // every segment lies inside its slab of the m = E * m_max rows.
+        unsafe { st.enqueue(c, gpu, (m, x, out), t, units, work) }
+    }
+}
+
+/// A grouped launch's routing: the segments' triples (`segs`) or the masked counts
+/// (`counts`, over slabs of `m_max` rows), `nseg` of them, and the routing weights (`rw`);
+/// device addresses, 0 for none.
+struct Work {
+    segs: u64,
+    counts: u64,
+    nseg: usize,
+    m_max: usize,
+    rw: u64,
+}
+
+impl State {
+    /// The tile (rows, columns) and its variant's index for `routed` rows over `nseg`
+    /// segments ([`grouped_tile`]).
+    fn tile(
+        &self,
+        gpu: &Gpu,
+        (routed, nseg): (usize, usize),
+        (n, k): (usize, usize),
+    ) -> Result<(usize, usize, usize), KernelError> {
+        let sms = gpu.device().sm_count.max(1) as usize;
+        let tiles: Vec<(usize, usize)> = self.variants.iter().map(|v| (v.bm, v.bn)).collect();
+        let t = grouped_tile((routed, nseg), (n, k), sms, &tiles);
+        let vi = tiles
+            .iter()
+            .position(|&v| v == (t.bm, t.bn))
+            .ok_or_else(|| {
+                KernelError::backend(NAME, "plan_tile picked a tile it was not given")
+            })?;
+        Ok((t.bm, t.bn, vi))
+    }
+
+    /// Quantizes the `m` rows at `x` and enqueues the grouped GEMM of `work` into `out` on
+    /// tile `(bm, bn, variant)`, a grid of at most `units` CTAs (one per SM at most).
+    /// Call `block.reserve` for `m` first.
+    ///
+    /// # Safety
+    /// `work` addresses device memory of this GPU: `segs` nseg (expert, first row, rows)
+    /// triples with experts in 0..E and rows inside 0..m, or `counts` nseg = E counts with
+    /// `nseg * m_max == m`; `rw` m floats; each may be 0.
+    unsafe fn enqueue(
+        &mut self,
+        c: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        (m, x, out): (usize, DeviceMemory, DeviceMemory),
+        (bm, bn, vi): (usize, usize, usize),
+        units: usize,
+        work: Work,
+    ) -> Result<(), KernelError> {
+        if units > i32::MAX as usize {
+            return Err(KernelError::shape(
+                "input",
+                "[M, K] with fewer than 2^31 tiles of the experts' rows",
+                format!("[{m}, {}]", c.k),
+            ));
+        }
+        if units == 0 {
+            return Ok(());
+        }
+        let call = self.block.quantize(NAME, c, gpu, Io(m, x, out, None))?;
+        let ldk = self.block.weights.w.ldk;
         let key = (call.codes, m, bm);
-        let ta = match &st.ta {
+        let ta = match &self.ta {
             Some((k0, map)) if *k0 == key => *map,
             _ => {
+                // Host-only encoding: fine during a capture (the node keeps it by value).
                 let map = TensorMap::e4m3_2d(call.codes, m, ldk, ldk, bm as u32, 128)
                     .map_err(be(NAME))?;
-                st.ta = Some((key, map));
+                self.ta = Some((key, map));
                 map
             }
         };
-        let v = &st.variants[vi];
-        let bias = st.block.weights.w.bias.as_ref().map_or(0, |b| b.ptr());
-        let bs = st.block.weights.scales.ptr();
+        let v = &self.variants[vi];
+        let bias = self.block.weights.w.bias.as_ref().map_or(0, |b| b.ptr());
+        let bs = self.block.weights.scales.ptr();
         let (a_s, out) = (call.scales, call.out);
-        let (nsegi, mi, ni, ki) = (nseg as i32, m as i32, c.n as i32, c.k as i32);
-        let ldbs = st.ldbs as i32;
-        let ctas = units.min(sms);
-        let cfg = grid((ctas as u32, 1, 1), 128 * (v.math_wgs + 1), v.smem);
+        let (nsegi, m_maxi) = (work.nseg as i32, work.m_max as i32);
+        let (mi, ni, ki, ldbs) = (m as i32, c.n as i32, c.k as i32, self.ldbs as i32);
+        let sms = gpu.device().sm_count.max(1) as usize;
+        let cfg = grid(
+            (units.min(sms) as u32, 1, 1),
+            128 * (v.math_wgs + 1),
+            v.smem,
+        );
         let mut b = gpu.stream().launch_builder(&v.gemm);
-        b.arg(&ta)
-            .arg(&v.tb)
-            .arg(&a_s)
-            .arg(&bs)
-            .arg(&out)
-            .arg(&bias);
-        b.arg(&rw).arg(&segs).arg(&nsegi).arg(&mi).arg(&ni).arg(&ki);
-        b.arg(&ldbs);
-        let what = format_args!("hopper_grouped (BM={bm}, BN={bn}, {nseg} segments)");
+        b.arg(&ta).arg(&v.tb).arg(&a_s).arg(&bs).arg(&out);
+        b.arg(&bias).arg(&work.rw).arg(&work.segs).arg(&work.counts);
+        b.arg(&nsegi)
+            .arg(&m_maxi)
+            .arg(&mi)
+            .arg(&ni)
+            .arg(&ki)
+            .arg(&ldbs);
+        let what = format_args!("hopper_grouped (BM={bm}, BN={bn}, {} segments)", work.nseg);
         // SAFETY: the layer's stream belongs to this GPU. `ta` covers the m x ldk codes the
         // quantization wrote at `call.codes`, `tb` the E * N x ldk stacked weight codes;
         // As holds ceil(k/C) * m floats (M fastest), Bs the E * N / R scale rows of ldbs
-        // floats, bias E * N floats (or null), rw m floats (or null), segs nseg triples
-        // whose rows lie inside 0..m (Routing::check via check_grouped_io) and experts
-        // inside 0..E; out m x n elements of the layer's output dtype; the kernel masks
-        // every store to its segment's rows and N, and TMA zero-fills boxes past the maps.
+        // floats, bias E * N floats (or null), out m x n elements of the layer's output
+        // dtype; the routing as the caller vouches; the kernel masks every store to its
+        // segment's rows and N, and TMA zero-fills boxes past the maps.
         unsafe { launch(b, cfg, what) }.map_err(be(NAME))?;
         Ok(())
     }
