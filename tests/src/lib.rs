@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod gpu;
+pub mod grouped_model;
 pub mod host_model;
 pub mod layers;
 pub mod oracle;

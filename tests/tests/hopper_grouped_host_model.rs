@@ -14,13 +14,10 @@
 
 use fp8_linear::cuda::sources::hopper_grouped_module;
 use fp8_linear::DType;
-use fp8_linear_tests::check::{compare_rows, Tolerance};
+use fp8_linear_tests::grouped_model::{masked_segments, GroupedData};
 use fp8_linear_tests::host_model::{
-    block_reference, float_index, gemm_input, le, model_outputs, padded_rows, random_block_scales,
-    run_picked, section, HostModel,
+    float_index, gemm_input, le, model_outputs, padded_rows, run_picked, section, HostModel,
 };
-use fp8_linear_tests::layers::{random_activations, random_codes};
-use fp8_linear_tests::oracle::quantize_groups;
 
 const DRIVER: &str = include_str!("../host_model/hopper_gemm_main.cpp");
 const LAUNCHES: usize = 2;
@@ -146,34 +143,19 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     let (rows, cols) = module.block;
     let ldk = k.div_ceil(16) * 16;
     let (kbs, nbs) = (k.div_ceil(cols), n.div_ceil(rows));
-    let (a, a_scales) = quantize_groups(&random_activations(m, k), m, k, cols);
-    let mut a_t = vec![0f32; kbs * m];
-    for r in 0..m {
-        for g in 0..kbs {
-            a_t[g * m + r] = a_scales[r * kbs + g];
-        }
-    }
-    // The stacks: codes [E N, K], scales [E nbs, kbs] (rows padded to ldbs), bias [E N].
-    let w = random_codes(e * n * k);
+    let d = GroupedData::random((m, n, k, e), module.block);
+    // The scale stack's rows padded to ldbs, as a layer's copy may have them.
     let ldbs = kbs + 1;
-    let w_scales = random_block_scales(e * nbs * kbs, (m * 13 + n * 5 + k) as u64);
     let mut bs = vec![0f32; e * nbs * ldbs];
     for r in 0..e * nbs {
-        bs[r * ldbs..r * ldbs + kbs].copy_from_slice(&w_scales[r * kbs..(r + 1) * kbs]);
+        bs[r * ldbs..r * ldbs + kbs].copy_from_slice(&d.w_scales[r * kbs..(r + 1) * kbs]);
     }
-    let bias: Vec<f32> = (0..e * n).map(|j| (j % 7) as f32 * 0.25 - 0.75).collect();
-    let rw: Vec<f32> = (0..m).map(|r| 0.25 + (r % 5) as f32 * 0.375).collect();
     let (bm, bn) = c.tile;
     // The segments the kernel computes: the triples, or the clamped device counts.
     let m_max = c.counts.map_or(0, |_| m / e);
-    let segs: Vec<(usize, usize, usize)> = match c.counts {
-        Some(counts) => counts
-            .iter()
-            .enumerate()
-            .map(|(x, &n)| (x, x * m_max, n.clamp(0, m_max as i32) as usize))
-            .collect(),
-        None => c.segs.to_vec(),
-    };
+    let segs = c
+        .counts
+        .map_or_else(|| c.segs.to_vec(), |counts| masked_segments(counts, m_max));
     let units: usize = segs.iter().map(|s| s.2.div_ceil(bm) * n.div_ceil(bn)).sum();
     let params = [
         m,
@@ -195,9 +177,9 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     ];
     let mut input = gemm_input(
         &params,
-        (&padded_rows(&a, m, k, ldk), &a_t),
-        (&padded_rows(&w, e * n, k, ldk), &bs),
-        &bias,
+        (&padded_rows(&d.a, m, k, ldk), &d.a_scales_m_fastest()),
+        (&padded_rows(&d.w, e * n, k, ldk), &bs),
+        &d.bias,
     );
     let triples: Vec<i32> = c
         .segs
@@ -205,7 +187,7 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
         .flat_map(|&(x, r0, len)| [x as i32, r0 as i32, len as i32])
         .collect();
     section(&mut input, &le(&triples, |v| v.to_le_bytes()));
-    section(&mut input, &le(&rw, |v| v.to_le_bytes()));
+    section(&mut input, &le(&d.rw, |v| v.to_le_bytes()));
     section(
         &mut input,
         &le(c.counts.unwrap_or(&[]), |v| v.to_le_bytes()),
@@ -225,47 +207,8 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
         module.output,
         true,
     );
-    let out = &outs[0];
-    // Each segment's rows against its expert's reference; every other row untouched.
-    let mut covered = vec![false; m];
-    for &(x, r0, len) in &segs {
-        if len == 0 {
-            continue;
-        }
-        let ex_bias = &bias[x * n..(x + 1) * n];
-        let mut want = block_reference(
-            (
-                &a[r0 * k..(r0 + len) * k],
-                &a_scales[r0 * kbs..(r0 + len) * kbs],
-            ),
-            (
-                &w[x * n * k..(x + 1) * n * k],
-                &w_scales[x * nbs * kbs..(x + 1) * nbs * kbs],
-            ),
-            (len, n, k),
-            (rows, cols),
-            c.bias.then_some(ex_bias),
-        );
-        if c.route_weights {
-            for (i, v) in want.iter_mut().enumerate() {
-                *v *= f64::from(rw[r0 + i / n]);
-            }
-        }
-        let ids: Vec<usize> = (r0..r0 + len).collect();
-        let got = &out[r0 * n..(r0 + len) * n];
-        let cmp = compare_rows(got, &want, n, &ids, Tolerance::cpu(module.output));
-        let seg = format!("{what}: segment ({x}, {r0}, {len})");
-        eprintln!("host model {seg}: {}", cmp.summary());
-        cmp.assert_ok(&seg);
-        covered[r0..r0 + len].iter_mut().for_each(|c| *c = true);
-    }
-    for (r, _) in covered.iter().enumerate().filter(|(_, c)| !**c) {
-        // The driver fills the output with 0xff bytes: NaN in every float dtype.
-        assert!(
-            out[r * n..(r + 1) * n].iter().all(|v| v.is_nan()),
-            "{what}: row {r}, which no segment covers, was written"
-        );
-    }
+    let flags = (c.bias, c.route_weights, module.output);
+    d.check(&outs[0], &segs, flags, &what);
 }
 
 /// Runs the calls of `pick` (module, call or all) under `sanitizers`.

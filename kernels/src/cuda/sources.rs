@@ -152,8 +152,32 @@ pub fn block_gemm_module(
     blocks_per_sm: u32,
     block: (usize, usize),
 ) -> ModuleSpec {
+    block_spec("fp8_block_gemm", mt, stages, blocks_per_sm, block)
+}
+
+/// The grouped portable module: the same source with `-DBLOCK_GROUPED`, whose kernels
+/// (`block_grouped_{f32,f16,bf16}`) run E stacked experts over row tiles of their rows,
+/// with per-row routing weights (arguments as [`block_gemm_module`]).
+pub fn block_grouped_module(
+    mt: u32,
+    stages: u32,
+    blocks_per_sm: u32,
+    block: (usize, usize),
+) -> ModuleSpec {
+    block_spec("fp8_block_grouped", mt, stages, blocks_per_sm, block)
+        .option("-DBLOCK_GROUPED".to_string())
+}
+
+/// The portable source as module `name` (see [`block_gemm_module`]).
+fn block_spec(
+    name: &'static str,
+    mt: u32,
+    stages: u32,
+    blocks_per_sm: u32,
+    block: (usize, usize),
+) -> ModuleSpec {
     let mut spec = ModuleSpec::new(
-        "fp8_block_gemm",
+        name,
         module_source!(["quant.cuh", "epilogue.cuh"] "block_gemm.cu"),
     )
     .option(format!("-DMT={mt}"))
@@ -360,7 +384,7 @@ mod tests {
             return;
         }
         // FP8 mma needs sm_89; wgmma and TMA sm_90a; Marlin's bf16 mma sm_80.
-        let specs: [(ModuleSpec, &[&str]); 19] = [
+        let specs: [(ModuleSpec, &[&str]); 21] = [
             (quant_module(), &["sm_80", "sm_89", "sm_90"]),
             (block_gemm_module(1, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
             (block_gemm_module(2, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
@@ -369,6 +393,11 @@ mod tests {
             (block_gemm_module(4, 4, 1, (32, 32)), &["sm_89"]),
             (block_gemm_module(1, 4, 1, (8, 64)), &["sm_89"]),
             (block_gemm_module(2, 4, 1, (128, 64)), &["sm_89"]),
+            (
+                block_grouped_module(4, 4, 1, (128, 128)),
+                &["sm_89", "sm_90"],
+            ),
+            (block_grouped_module(1, 3, 2, (64, 64)), &["sm_89"]),
             (hopper_module((128, 128), 2), &["sm_90a"]),
             (hopper_module((128, 128), 0), &["sm_90a"]),
             (hopper_module((32, 32), 1), &["sm_90a"]),

@@ -18,6 +18,15 @@
 // with atomics; the last split of a tile to arrive (an atomic counter per tile) reads the
 // tile's sums, stores the output (+ bias) and puts zeros back into the workspace and the
 // counter: both are zero between calls, so a call needs no memset and no second launch.
+//
+// Grouped (a module compiled with -DBLOCK_GROUPED: `block_grouped_*` kernels instead): E
+// experts' weights stacked, B [E * N, ldb], Bs [E * ceil(N/SBN), Kbs], bias [E * N]; grid y
+// walks row tiles of the experts' rows: `tiles` lists one (expert, first row, end row) triple
+// per y, or, masked with the counts on the device (`counts` not null), y = e * tps + t is
+// tile t of expert e's slab of m_max rows, whose rows are e * m_max + [t * BM, count) with
+// the count clamped to 0..m_max (a tile past it exits at once). Rows past a tile's end row
+// are zero-filled and never stored; rows no tile covers are not written. Never split along K.
+// Each stored value is (sum + bias[e, n]) * rw[m] when the routing weights `rw` are given.
 
 #ifndef MT
 #define MT 4
@@ -64,16 +73,45 @@ __device__ __forceinline__ float rescale(float s, float sn, bool last) {
     return last ? s : s * rcp_approx(fmaxf(sn, SCALE_FLOOR));
 }
 
-template <int OUT>
+// The grouped form's routing (see the top); unused (null) when dense.
+struct Groups {
+    const float* rw;
+    const int* tiles;
+    const int* counts;
+    int tps, m_max;
+};
+
+template <int OUT, bool G>
 __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __restrict__ As,
                            const u8* __restrict__ B, int ldb, const float* __restrict__ Bs,
                            void* __restrict__ out, float* __restrict__ ws,
                            u32* __restrict__ counters, const float* __restrict__ bias, int M,
-                           int N, int K, int kp, int kb_per_split) {
+                           int N, int K, int kp, int kb_per_split, Groups gr) {
     extern __shared__ __align__(128) u8 smem[];
     const int Kb = (K + BK - 1) / BK;
     const int Kbs = (K + SBK - 1) / SBK, nbs = (N + SBN - 1) / SBN;
-    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.x * BN;
+    int m0 = blockIdx.y * BM;
+    if constexpr (G) {
+        // This block's tile: its expert's weights, scales and bias, and rows m0 .. M (the
+        // tile's end row: every bound on M below is on it).
+        int e;
+        if (gr.counts != nullptr) {
+            e = blockIdx.y / gr.tps;
+            const int t = blockIdx.y % gr.tps, c = gr.counts[e];
+            const int rows = c < 0 ? 0 : (c > gr.m_max ? gr.m_max : c);
+            if (t * BM >= rows) return;  // (uniform over the block, before any barrier)
+            m0 = e * gr.m_max + t * BM;
+            M = e * gr.m_max + rows;
+        } else {
+            e = gr.tiles[3 * blockIdx.y];
+            m0 = gr.tiles[3 * blockIdx.y + 1];
+            M = gr.tiles[3 * blockIdx.y + 2];
+        }
+        B += (long long)e * N * ldb;
+        Bs += (long long)e * nbs * Kbs;
+        if (bias != nullptr) bias += (long long)e * N;
+    }
     const int kb0 = blockIdx.z * kb_per_split;
     const int kb1 = min(Kb, kb0 + kb_per_split);
     const int nk = kb1 - kb0;
@@ -207,7 +245,7 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                 }
             }
     };
-    if (gridDim.z > 1) {
+    if (!G && gridDim.z > 1) {
         // Split K: add the tile into the workspace; the last split to arrive reads the sums
         // back from L2 and puts zeros back for the next call.
         each_pair([&](float* v, int r, int c) {
@@ -226,26 +264,49 @@ __device__ void block_gemm(const u8* __restrict__ A, int lda, const float* __res
                 }
         });
     }
+    if (G && gr.rw != nullptr) {
+        // (sum + bias) * rw[row]: the bias first, then the routing weight.
+        each_pair([&](float* v, int r, int c) {
+            const bool both = c + 1 < N;
+            float a = v[0], b = v[1];
+            if (bias != nullptr) {
+                a += bias[c];
+                if (both) b += bias[c + 1];
+            }
+            store2<OUT>(out, (long long)r * N + c, a * gr.rw[r], b * gr.rw[r], both, (N & 1) == 0);
+        });
+        return;
+    }
     each_pair([&](float* v, int r, int c) {
         store2_bias<OUT>(out, (long long)r * N + c, bias, c, v[0], v[1], c + 1 < N, (N & 1) == 0);
     });
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, MINB)
-block_gemm_f32(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
-               void* out, float* ws, u32* counters, const float* bias, int M, int N, int K, int kp,
-               int kbs) {
-    block_gemm<0>(A, lda, As, B, ldb, Bs, out, ws, counters, bias, M, N, K, kp, kbs);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, MINB)
-block_gemm_f16(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
-               void* out, float* ws, u32* counters, const float* bias, int M, int N, int K, int kp,
-               int kbs) {
-    block_gemm<1>(A, lda, As, B, ldb, Bs, out, ws, counters, bias, M, N, K, kp, kbs);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, MINB)
-block_gemm_bf16(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,
-                void* out, float* ws, u32* counters, const float* bias, int M, int N, int K, int kp,
-               int kbs) {
-    block_gemm<2>(A, lda, As, B, ldb, Bs, out, ws, counters, bias, M, N, K, kp, kbs);
-}
+#ifndef BLOCK_GROUPED
+#define BLOCK_KERNEL(NAME, OUT)                                                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS, MINB)                                  \
+        NAME(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,       \
+             void* out, float* ws, u32* counters, const float* bias, int M, int N, int K, int kp, \
+             int kbs) {                                                                          \
+        block_gemm<OUT, false>(A, lda, As, B, ldb, Bs, out, ws, counters, bias, M, N, K, kp, kbs, \
+                               Groups{nullptr, nullptr, nullptr, 0, 0});                         \
+    }
+BLOCK_KERNEL(block_gemm_f32, 0)
+BLOCK_KERNEL(block_gemm_f16, 1)
+BLOCK_KERNEL(block_gemm_bf16, 2)
+#else
+// `tiles`: one (expert, first row, end row) triple per grid row, or (tiles null) `counts`
+// the experts' masked counts over slabs of m_max rows, `tps` tiles per slab; `rw` [M] may be
+// null. Never split: kbs covers K.
+#define BLOCK_KERNEL(NAME, OUT)                                                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS, MINB)                                  \
+        NAME(const u8* A, int lda, const float* As, const u8* B, int ldb, const float* Bs,       \
+             void* out, const float* bias, const float* rw, const int* tiles, const int* counts,  \
+             int tps, int m_max, int M, int N, int K, int kp) {                                  \
+        block_gemm<OUT, true>(A, lda, As, B, ldb, Bs, out, nullptr, nullptr, bias, M, N, K, kp,   \
+                              (K + BK - 1) / BK, Groups{rw, tiles, counts, tps, m_max});         \
+    }
+BLOCK_KERNEL(block_grouped_f32, 0)
+BLOCK_KERNEL(block_grouped_f16, 1)
+BLOCK_KERNEL(block_grouped_bf16, 2)
+#endif
