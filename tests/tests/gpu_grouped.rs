@@ -1,10 +1,12 @@
-//! The grouped Hopper kernel (`HopperGroupedFp8`) on the GPU: every call form (offsets with
-//! an empty expert and padding rows, runs of expert ids that visit an expert twice, masked
-//! slabs with empty and one-row experts), with and without routing weights, bias, ragged K,
-//! two weight-block shapes and output dtypes, one kernel object over calls of different
-//! rows, against the grouped f64 reference (`CpuGroupedReference`) on the activations as the
-//! device holds them; rows no expert owns stay as they were. Skips without a GPU unless
-//! FP8_REQUIRE_CUDA=1, and visibly on a GPU that is not sm_90 (a failure under
+//! The grouped CUDA kernels (`HopperGroupedFp8`, `PortableGroupedFp8`) on the GPU, each where
+//! it runs: every call form (offsets with an empty expert and padding rows, runs of expert ids
+//! that visit an expert twice, masked slabs with empty and one-row experts), with and without
+//! routing weights, bias, ragged K, two weight-block shapes and output dtypes, one kernel
+//! object over calls of different rows, against the grouped f64 reference
+//! (`CpuGroupedReference`) on the activations as the device holds them; rows no expert owns
+//! stay as they were. Masked calls with their counts in device memory, direct and as a CUDA
+//! graph replayed with other counts (clamped to the slab). Skips without a GPU unless
+//! FP8_REQUIRE_CUDA=1, and visibly for a kernel the GPU cannot run (a failure under
 //! FP8_REQUIRE_CUDA=1 unless FP8_ALLOW_ARCH_SKIPS allows it).
 
 use std::sync::Arc;
@@ -12,39 +14,33 @@ use std::sync::Arc;
 use fp8_linear::cpu::CpuGroupedReference;
 use fp8_linear::cuda::interop::cudarc::driver::sys;
 use fp8_linear::cuda::runtime::{DeviceBuffer, Gpu};
-use fp8_linear::cuda::HopperGroupedFp8;
+use fp8_linear::cuda::{HopperGroupedFp8, PortableGroupedFp8};
 use fp8_linear::{
-    bf16, DType, DeviceMasked, GroupedLinear, KernelOptions, LayerConfig, Registered, Routing,
-    ScaleDtype, Target, Tensor, TensorMut,
+    bf16, DType, DeviceMasked, GroupedLinear, KernelEntry, KernelOptions, LayerConfig, Registered,
+    Routing, ScaleDtype, Target, Tensor, TensorMut,
 };
 use fp8_linear_tests::check::{compare_rows, Tolerance};
-use fp8_linear_tests::gpu::{entry_runs_on, gpu_or_skip, pick_rows, upload_as, AnyBuffer};
+use fp8_linear_tests::gpu::{gpu_for_entry_or_skip, pick_rows, upload_as, AnyBuffer};
 use fp8_linear_tests::layers::{block_config, random_activations, Experts};
-use fp8_linear_tests::skip::arch_skip;
 
-/// The GPU when it runs the kernel (sm_90a), else None after reporting the skip.
-fn hopper(test: &str) -> Option<Arc<Gpu>> {
-    let gpu = gpu_or_skip(test)?;
-    let cap = gpu.capability();
-    if !entry_runs_on(&HopperGroupedFp8::ENTRY, cap, false) {
-        arch_skip(
-            test,
-            &format!(
-                "HopperGroupedFp8 is {} only; this GPU is {cap}",
-                HopperGroupedFp8::ENTRY.arch
-            ),
-        );
-        return None;
-    }
-    Some(gpu)
+/// The grouped CUDA kernels.
+const KERNELS: [&KernelEntry; 2] = [&HopperGroupedFp8::ENTRY, &PortableGroupedFp8::ENTRY];
+
+/// The GPU when it runs `entry`, else None after reporting the skip of `test` for it.
+fn gpu_for(test: &str, entry: &'static KernelEntry) -> Option<Arc<Gpu>> {
+    gpu_for_entry_or_skip(&format!("{test} ({})", entry.name), entry, false)
 }
 
-/// The experts `x` of `cfg` in a grouped layer of the kernel on `gpu`.
-fn on_gpu(gpu: &Arc<Gpu>, cfg: &LayerConfig, x: &Experts) -> GroupedLinear {
+/// The experts `x` of `cfg` in a grouped layer of `entry` on `gpu`.
+fn on_gpu(
+    entry: &'static KernelEntry,
+    gpu: &Arc<Gpu>,
+    cfg: &LayerConfig,
+    x: &Experts,
+) -> GroupedLinear {
     let target = Target::from_gpu(gpu.clone());
-    let entry = &HopperGroupedFp8::ENTRY;
     GroupedLinear::with_entry(entry, &target, cfg, &x.weights(), &KernelOptions::none())
-        .unwrap_or_else(|e| panic!("{cfg}: {e}"))
+        .unwrap_or_else(|e| panic!("{} on {cfg}: {e}", entry.name))
 }
 
 /// One call: its rows, routing and whether it has routing weights.
@@ -114,11 +110,11 @@ fn reference_of(cfg: &LayerConfig, x: &Experts) -> GroupedLinear {
     GroupedLinear::with_entry(entry, &Target::cpu(), &cpu_cfg, &x.weights(), &options).unwrap()
 }
 
-/// Checks `got` (the GPU's output of a call on the activations `exact`, as the device held
+/// Checks `got` (`entry`'s output of a call on the activations `exact`, as the device held
 /// them) against the reference's on the rows the routing gives an expert, and that every
 /// other row of `got` is still NaN (the poisoned output untouched).
 fn expect_reference(
-    reference: &mut GroupedLinear,
+    (entry, reference): (&'static KernelEntry, &mut GroupedLinear),
     cfg: &LayerConfig,
     (exact, got): (&[f32], &[f32]),
     (routing, w): (&Routing<'_>, Option<&[f32]>),
@@ -140,7 +136,7 @@ fn expect_reference(
         .iter()
         .map(|&v| f64::from(v))
         .collect();
-    let tol = Tolerance::for_kernel(&HopperGroupedFp8::ENTRY, cfg);
+    let tol = Tolerance::for_kernel(entry, cfg);
     let c = compare_rows(&pick_rows(got, n, &rows), &want64, n, &rows, tol);
     eprintln!("{what}: {}", c.summary());
     c.assert_ok(what);
@@ -154,9 +150,14 @@ fn expect_reference(
 
 #[test]
 fn every_call_form_matches_the_grouped_reference() {
-    let Some(gpu) = hopper("every_call_form_matches_the_grouped_reference") else {
-        return;
-    };
+    for entry in KERNELS {
+        if let Some(gpu) = gpu_for("every_call_form_matches_the_grouped_reference", entry) {
+            every_call_form(entry, &gpu);
+        }
+    }
+}
+
+fn every_call_form(entry: &'static KernelEntry, gpu: &Arc<Gpu>) {
     let experts = 4;
     let configs = [
         LayerConfig {
@@ -173,16 +174,20 @@ fn every_call_form_matches_the_grouped_reference() {
     for cfg in configs {
         let (n, k) = (cfg.n, cfg.k);
         let x = Experts::random(&cfg, experts);
-        let mut layer = on_gpu(&gpu, &cfg, &x);
+        let mut layer = on_gpu(entry, gpu, &cfg, &x);
         // The reference on f32 activations (the values the device holds) and f32 output.
         let mut reference = reference_of(&cfg, &x);
         for case in &CASES {
             let m = case.rows;
-            let what = format!("{cfg}: {} of {m} rows", case.routing.name());
+            let what = format!(
+                "{} on {cfg}: {} of {m} rows",
+                entry.name,
+                case.routing.name()
+            );
             let w: Vec<f32> = (0..m).map(|r| 0.25 + (r % 7) as f32 * 0.25).collect();
             let w = case.weighted.then_some(&w[..]);
-            let (xin, exact) = upload_as(&gpu, &random_activations(m, k), cfg.input_dtype);
-            let mut out = AnyBuffer::poisoned(&gpu, m * n, cfg.output_dtype);
+            let (xin, exact) = upload_as(gpu, &random_activations(m, k), cfg.input_dtype);
+            let mut out = AnyBuffer::poisoned(gpu, m * n, cfg.output_dtype);
             layer
                 .forward(
                     &xin.tensor([m, k]),
@@ -193,22 +198,27 @@ fn every_call_form_matches_the_grouped_reference() {
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             let got = out.to_f32();
             let call = (&case.routing, w);
-            expect_reference(&mut reference, &cfg, (&exact, &got), call, &what);
+            expect_reference((entry, &mut reference), &cfg, (&exact, &got), call, &what);
         }
     }
 }
 
 #[test]
 fn a_call_routing_no_row_writes_nothing() {
-    let Some(gpu) = hopper("a_call_routing_no_row_writes_nothing") else {
-        return;
-    };
+    for entry in KERNELS {
+        if let Some(gpu) = gpu_for("a_call_routing_no_row_writes_nothing", entry) {
+            no_row_routed(entry, &gpu);
+        }
+    }
+}
+
+fn no_row_routed(entry: &'static KernelEntry, gpu: &Arc<Gpu>) {
     let cfg = LayerConfig::block_128(128, 256, DType::Bf16, DType::Bf16);
     let x = Experts::random(&cfg, 2);
-    let mut layer = on_gpu(&gpu, &cfg, &x);
+    let mut layer = on_gpu(entry, gpu, &cfg, &x);
     let m = 8;
-    let (xin, _) = upload_as(&gpu, &random_activations(m, 256), cfg.input_dtype);
-    let mut out = AnyBuffer::poisoned(&gpu, m * 128, cfg.output_dtype);
+    let (xin, _) = upload_as(gpu, &random_activations(m, 256), cfg.input_dtype);
+    let mut out = AnyBuffer::poisoned(gpu, m * 128, cfg.output_dtype);
     let masked = Routing::Masked(&[0, 0]);
     layer
         .forward(
@@ -239,11 +249,16 @@ fn write_counts(buf: &mut DeviceBuffer<u8>, counts: &[i32]) {
 
 #[test]
 fn masked_counts_on_the_device_capture_into_a_graph() {
-    let Some(base) = hopper("masked_counts_on_the_device_capture_into_a_graph") else {
-        return;
-    };
-    // A stream of our own: the legacy default stream cannot be captured.
-    let gpu = base.fork_stream().unwrap();
+    let test = "masked_counts_on_the_device_capture_into_a_graph";
+    for entry in KERNELS {
+        if let Some(base) = gpu_for(test, entry) {
+            // A stream of our own: the legacy default stream cannot be captured.
+            device_counts_in_a_graph(entry, &base.fork_stream().unwrap());
+        }
+    }
+}
+
+fn device_counts_in_a_graph(entry: &'static KernelEntry, gpu: &Arc<Gpu>) {
     let cfg = LayerConfig {
         bias: true,
         ..LayerConfig::block_128(256, 448, DType::Bf16, DType::Bf16)
@@ -251,19 +266,19 @@ fn masked_counts_on_the_device_capture_into_a_graph() {
     let (n, k, experts, m_max) = (cfg.n, cfg.k, 8, 16);
     let m = experts * m_max;
     let x = Experts::random(&cfg, experts);
-    let mut layer = on_gpu(&gpu, &cfg, &x);
+    let mut layer = on_gpu(entry, gpu, &cfg, &x);
     let mut reference = reference_of(&cfg, &x);
-    let (xin, exact) = upload_as(&gpu, &random_activations(m, k), cfg.input_dtype);
+    let (xin, exact) = upload_as(gpu, &random_activations(m, k), cfg.input_dtype);
     let w: Vec<f32> = (0..m).map(|r| 0.5 + (r % 3) as f32 * 0.25).collect();
-    let rw = DeviceBuffer::from_host(&gpu, &w).unwrap();
-    let mut counts = DeviceBuffer::<u8>::zeros(&gpu, 4 * experts).unwrap();
+    let rw = DeviceBuffer::from_host(gpu, &w).unwrap();
+    let mut counts = DeviceBuffer::<u8>::zeros(gpu, 4 * experts).unwrap();
     let routing = DeviceMasked {
         counts: counts.memory(),
         route_weights: Some(rw.memory()),
         expected_rows: 4,
     };
     // The output the graph captures: poisoned in place before every call.
-    let mut out = DeviceBuffer::<bf16>::zeros(&gpu, m * n).unwrap();
+    let mut out = DeviceBuffer::<bf16>::zeros(gpu, m * n).unwrap();
     let host = |out: &DeviceBuffer<bf16>| -> Vec<f32> {
         out.to_host().unwrap().iter().map(|v| v.to_f32()).collect()
     };
@@ -279,8 +294,9 @@ fn masked_counts_on_the_device_capture_into_a_graph() {
         .forward_masked_on_device(&xin.tensor([m, k]), &routing, &mut out.tensor_mut([m, n]))
         .unwrap();
     let call = (&Routing::Masked(&runs[0].1), Some(&w[..]));
-    let what = "device counts, direct";
-    expect_reference(&mut reference, &cfg, (&exact, &host(&out)), call, what);
+    let what = format!("{}: device counts, direct", entry.name);
+    let checked = (entry, &mut reference);
+    expect_reference(checked, &cfg, (&exact, &host(&out)), call, &what);
 
     // Captured, then replayed with each run's counts written into the same buffer.
     let stream = gpu.stream().clone();
@@ -299,7 +315,8 @@ fn masked_counts_on_the_device_capture_into_a_graph() {
         graph.launch().unwrap();
         gpu.synchronize().unwrap();
         let call = (&Routing::Masked(clamped), Some(&w[..]));
-        let what = format!("device counts {given:?}, graph replay");
-        expect_reference(&mut reference, &cfg, (&exact, &host(&out)), call, &what);
+        let what = format!("{}: device counts {given:?}, graph replay", entry.name);
+        let checked = (entry, &mut reference);
+        expect_reference(checked, &cfg, (&exact, &host(&out)), call, &what);
     }
 }

@@ -10,29 +10,26 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaModule, PushKernelArg};
-use fp8_linear_core::grouped::{
-    check_grouped_io, DeviceMasked, Fp8GroupedKernel, GroupedWeights, Routing,
-};
+use fp8_linear_core::grouped::{DeviceMasked, Fp8GroupedKernel, GroupedWeights, Routing};
 use fp8_linear_core::kernel::processed;
-use fp8_linear_core::validate::check_io;
 use fp8_linear_core::{
-    fp8_kernel, BuildCtx, DeviceMemory, Fp8Kernel, KernelError, LayerConfig, LayerWeights, Tensor,
-    TensorMut, Unsupported,
+    fp8_kernel, BuildCtx, DeviceMemory, Fp8Kernel, KernelError, LayerConfig, Tensor, TensorMut,
+    Unsupported,
 };
 use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::tma::TensorMap;
 use fp8_linear_cuda::Gpu;
 
 use super::{load, plan_tile, Form, HopperBlockFp8, Variant};
-use crate::cuda::skeleton::block::{
-    weight_block, ActLayout, BlockLayer, BlockWeights, ROWS_16_ROW_MAJOR,
-};
-use crate::cuda::skeleton::device_io::{check_row_count, device_io, gpu_of, same_device};
+use crate::cuda::skeleton::block::{weight_block, ActLayout, BlockLayer};
+use crate::cuda::skeleton::device_io::gpu_of;
 use crate::cuda::skeleton::dtype::float_index;
 use crate::cuda::skeleton::error::{be, be_at};
+use crate::cuda::skeleton::grouped::{
+    masked_io, routed_io, segments, stackable, stacked_block, RoutingUpload,
+};
 use crate::cuda::skeleton::launch::{grid, launch};
 use crate::cuda::skeleton::layer::Io;
-use crate::cuda::skeleton::scratch::Scratch;
 
 const NAME: &str = HopperGroupedFp8::NAME;
 
@@ -72,12 +69,9 @@ struct State {
     /// The grouped tiles, their kernels and weight maps (over the `E * N` stacked rows).
     variants: Vec<Variant>,
     _module: Arc<CudaModule>,
-    /// A call's segments as (expert, first row, rows) i32 triples.
-    segs: Vec<i32>,
-    /// The bytes of one upload: the segments, then (from a 16-byte boundary) the routing
-    /// weights; on the host and on the device.
-    routing: Vec<u8>,
-    routing_dev: Scratch<u8>,
+    /// A call's segments as (expert, first row, rows) i32 triples, uploaded with the
+    /// routing weights.
+    routing: RoutingUpload,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
 }
@@ -94,64 +88,22 @@ impl HopperGroupedFp8 {
     }
 }
 
-/// The stack as one layer of `E * N` rows: the same codes and scales (N a multiple of the
-/// block rows, so the experts' scale rows stack into the tall layer's), the `[E, N]` bias
-/// viewed as `[1, E * N]`.
-fn as_one_layer<'a>(
-    config: &LayerConfig,
-    w: &GroupedWeights<'a>,
-) -> Result<(LayerConfig, LayerWeights<'a>), KernelError> {
-    let rows = w
-        .experts
-        .checked_mul(config.n)
-        .filter(|&r| r <= i32::MAX as usize - 256)
-        .ok_or_else(|| {
-            KernelError::shape(
-                "weight",
-                "[E * N, K] with E * N below 2^31 - 256",
-                format!("{} experts of N = {}", w.experts, config.n),
-            )
-        })?;
-    let tall = LayerConfig { n: rows, ..*config };
-    let s = &w.stacked;
-    let mut one = LayerWeights::new(s.weight, s.weight_scale);
-    if let Some(b) = s.bias {
-        b.check_contiguous("bias")?;
-        one = one.with_bias(Tensor {
-            data: b.data,
-            shape: [1, rows],
-            strides: [rows, 1],
-        });
-    }
-    Ok((tall, one))
-}
-
 // Not listed among "other types that implement it" in the error for a type that does not
 // implement `Fp8GroupedKernel` (as the CPU grouped kernels).
 #[diagnostic::do_not_recommend]
 impl Fp8GroupedKernel for HopperGroupedFp8 {
     fn can_implement(config: &LayerConfig) -> Result<(), Unsupported> {
         <HopperBlockFp8 as Fp8Kernel>::can_implement(config)?;
-        if !config.n.is_multiple_of(weight_block(config).0) {
-            return Err(Unsupported::new(
-                "N must be a multiple of the weight block's rows (each expert's scale rows \
-                 start a block)",
-            ));
-        }
-        Ok(())
+        stackable(config)
     }
 
     fn process_weights(&mut self, weights: &GroupedWeights<'_>) -> Result<(), KernelError> {
         self.state = None;
         let (gpu, config) = (&self.gpu, &self.config);
-        weights.check(config)?;
-        let (tall, one) = as_one_layer(config, weights)?;
-        let copy = BlockWeights::get(NAME, gpu, &tall, &one, ROWS_16_ROW_MAJOR, None)?;
-        let ldbs = copy.scale_ld(&tall);
         let act = ActLayout::ColMajor { rows: 1 };
-        let block = BlockLayer::with_weights(NAME, gpu, config, copy, act)?;
+        let (block, ldbs) = stacked_block(NAME, gpu, config, weights, act)?;
         let w = &block.weights.w;
-        let codes = (w.codes.ptr(), tall.n, w.ldk);
+        let codes = (w.codes.ptr(), weights.experts * config.n, w.ldk);
         let output = float_index("output", config.output_dtype)?;
         let (module, variants) = load(
             (NAME, Form::Grouped),
@@ -165,9 +117,7 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
             ldbs,
             variants,
             _module: module,
-            segs: Vec::new(),
-            routing: Vec::new(),
-            routing_dev: Scratch::default(),
+            routing: RoutingUpload::default(),
             ta: None,
         });
         Ok(())
@@ -182,58 +132,34 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
     ) -> Result<(), KernelError> {
         let (c, gpu) = (&self.config, &self.gpu);
         let st = processed(&mut self.state, NAME)?;
-        check_grouped_io(c, st.experts, input, routing, route_weights, output)?;
-        let (m, x, out) = device_io(NAME, c, gpu, input, output)?;
-        check_row_count(input, m, c.n)?;
-        // The segments with rows (check_row_count: rows fit in i32).
-        st.segs.clear();
+        let at = (NAME, c, gpu.as_ref(), st.experts);
+        let (m, x, out) = routed_io(at, input, (routing, route_weights), output)?;
+        // The segments with rows (routed_io: rows fit in i32).
+        let words = &mut st.routing.words;
+        words.clear();
         let mut routed = 0;
-        for (e, r) in routing.segments(st.experts, m) {
-            if !r.is_empty() {
-                routed += r.len();
-                st.segs.extend([e as i32, r.start as i32, r.len() as i32]);
-            }
+        for (e, r0, rows) in segments(routing, st.experts, m) {
+            routed += rows;
+            words.extend([e as i32, r0 as i32, rows as i32]);
         }
-        let nseg = st.segs.len() / 3;
+        let nseg = words.len() / 3;
         if nseg == 0 {
             return Ok(()); // no row is routed: nothing to compute or write
         }
         let t = st.tile(gpu, (routed, nseg), (c.n, c.k))?;
         let tiles = |s: &[i32]| (s[2] as usize).div_ceil(t.0) * c.n.div_ceil(t.1);
-        let units: usize = st.segs.chunks(3).map(tiles).sum();
-
-        // Reserve, then upload the routing (host memory: not in a graph capture).
-        gpu.refuse_in_capture(|| {
-            "upload a grouped call's routing from host memory (capture a masked call with \
-             its counts on the device instead: GroupedLinear::forward_masked_on_device)"
-                .into()
-        })
-        .map_err(be(NAME))?;
+        let units: usize = st.routing.words.chunks(3).map(tiles).sum();
         st.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
-        // One upload: the segments, then the routing weights from a 16-byte boundary.
-        let bytes = &mut st.routing;
-        bytes.clear();
-        bytes.extend(st.segs.iter().flat_map(|v| v.to_ne_bytes()));
-        let rw_at = bytes.len().next_multiple_of(16);
-        if let Some(w) = route_weights {
-            bytes.resize(rw_at, 0);
-            bytes.extend(w.iter().flat_map(|v| v.to_ne_bytes()));
-        }
-        let dev = st
-            .routing_dev
-            .get(gpu, bytes.len())
-            .map_err(be_at(NAME, m))?;
-        dev.upload(bytes).map_err(be(NAME))?;
-        let segs = dev.ptr();
+        let (segs, rw) = st.routing.upload(NAME, gpu, route_weights, m)?;
         let work = Work {
             segs,
             counts: 0,
             nseg,
             m_max: 0,
-            rw: route_weights.map_or(0, |_| segs + rw_at as u64),
+            rw,
         };
         // SAFETY: the segments are the routing's, checked against the experts and the m
-        // rows (Routing::check via check_grouped_io); the routing weights m floats.
+        // rows (Routing::check via routed_io); the routing weights m floats.
         unsafe { st.enqueue(c, gpu, (m, x, out), t, units, work) }
     }
 
@@ -245,14 +171,8 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
     ) -> Result<(), KernelError> {
         let (c, gpu) = (&self.config, &self.gpu);
         let st = processed(&mut self.state, NAME)?;
-        let m = check_io(c, input, output)?;
-        let m_max = routing.check(st.experts, m)?;
-        let (m, x, out) = device_io(NAME, c, gpu, input, output)?;
-        check_row_count(input, m, c.n)?;
-        same_device("counts", &routing.counts, gpu)?;
-        if let Some(w) = &routing.route_weights {
-            same_device("routing weights", w, gpu)?;
-        }
+        let at = (NAME, c, gpu.as_ref(), st.experts);
+        let ((m, x, out), m_max) = masked_io(at, input, routing, output)?;
         let e = st.experts;
         let t = st.tile(gpu, (routing.expected_rows * e, e), (c.n, c.k))?;
         // At most every slab full: the grid's bound (the CTAs find the counts' units).
@@ -393,19 +313,6 @@ fn grouped_tile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fp8_linear_core::DType;
-
-    #[test]
-    fn takes_whole_blocks_of_rows_only() {
-        let ok = LayerConfig::block_128(2048, 7168, DType::Bf16, DType::Bf16);
-        assert!(HopperGroupedFp8::can_implement(&ok).is_ok());
-        let ragged = LayerConfig::block_128(2000, 7168, DType::Bf16, DType::Bf16);
-        let e = HopperGroupedFp8::can_implement(&ragged).unwrap_err();
-        assert!(
-            e.to_string().contains("multiple of the weight block"),
-            "{e}"
-        );
-    }
 
     #[test]
     fn decode_takes_64_row_tiles_and_prefill_tall_ones() {
@@ -430,17 +337,5 @@ mod tests {
         // Contiguous prefill: the dense layer's tile for the rows per expert.
         assert_eq!(tile(8, 4096, (4096, 7168)), (256, 128));
         assert!(tile(8, 512, (4096, 7168)).0 >= 128);
-    }
-
-    #[test]
-    fn a_stack_too_tall_for_32_bits_is_an_error() {
-        let c = LayerConfig::block_128(1 << 20, 128, DType::Bf16, DType::Bf16);
-        let (codes, scales) = ([0u8; 128], [1f32; 1]);
-        let w = GroupedWeights::new(
-            4096,
-            LayerWeights::new(Tensor::fp8(&codes, [1, 128]), Tensor::f32(&scales, [1, 1])),
-        );
-        let e = as_one_layer(&c, &w).unwrap_err().to_string();
-        assert!(e.contains("2^31"), "{e}");
     }
 }

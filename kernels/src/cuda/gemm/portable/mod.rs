@@ -4,7 +4,8 @@
 //! masking for any M, N, K, split-K for small grids (reduced inside the GEMM launch: no
 //! memset, no second launch). The role the Triton block kernel plays
 //! upstream, with an honest arch (FP8 tensor-core instructions exist from sm_89 on).
-//! Source: `cu/block_gemm.cu`.
+//! Source: `cu/block_gemm.cu`; its grouped (mixture-of-experts) form, [`PortableGroupedFp8`],
+//! is in `grouped.rs` beside this file.
 
 use std::sync::Arc;
 
@@ -25,6 +26,10 @@ use crate::cuda::skeleton::launch::{grid, launch, per_float};
 use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::scratch::Scratch;
 use crate::cuda::sources;
+
+pub use grouped::PortableGroupedFp8;
+
+mod grouped;
 
 const NAME: &str = PortableBlockFp8::NAME;
 
@@ -121,25 +126,32 @@ pub fn occupancy(mt: u32, optin: u32, forced: Option<u32>) -> (u32, u32) {
     }
 }
 
-/// The module for `mt` m16 tiles per warp and scale blocks `block`, with the occupancy and
-/// stages of [`occupancy`].
+/// The module of `kernel` for `mt` m16 tiles per warp and scale blocks `block`, with the
+/// occupancy and stages of [`occupancy`]: the dense kernels (`grouped` false) or the grouped
+/// ones.
 fn load_variant(
+    (kernel, grouped): (&'static str, bool),
     gpu: &Arc<Gpu>,
     (mt, optin): (u32, u32),
     forced: Option<u32>,
-    block: (usize, usize),
-    target: Option<Capability>,
+    (block, target): ((usize, usize), Option<Capability>),
 ) -> Result<Variant, KernelError> {
     let (blocks_per_sm, stages) = occupancy(mt, optin, forced);
     let smem = stages * (32 * mt + 128) * 128;
-    let spec = sources::block_gemm_module(mt, stages, blocks_per_sm, block);
-    let (module, _) = gpu.module_for(&spec, target).map_err(be(NAME))?;
+    let (spec, prefix) = if grouped {
+        let spec = sources::block_grouped_module(mt, stages, blocks_per_sm, block);
+        (spec, "block_grouped")
+    } else {
+        let spec = sources::block_gemm_module(mt, stages, blocks_per_sm, block);
+        (spec, "block_gemm")
+    };
+    let (module, _) = gpu.module_for(&spec, target).map_err(be(kernel))?;
     Ok(Variant {
         mt,
         stages,
         blocks_per_sm,
         smem,
-        gemm: per_float(&module, "block_gemm", Some(smem)).map_err(be(NAME))?,
+        gemm: per_float(&module, prefix, Some(smem)).map_err(be(kernel))?,
         _module: module,
     })
 }
@@ -159,7 +171,10 @@ impl Fp8Kernel for PortableBlockFp8 {
         let (forced, target) = (self.blocks_per_sm, self.target);
         let variants = [1, 2, 4]
             .into_iter()
-            .map(|mt| load_variant(gpu, (mt, optin), forced, scale_block, target))
+            .map(|mt| {
+                let at = (mt, optin);
+                load_variant((NAME, false), gpu, at, forced, (scale_block, target))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         self.layer.set(State {
             block,
@@ -296,13 +311,7 @@ impl State {
     ) -> Plan {
         let kb = c.k.div_ceil(128);
         let gn = c.n.div_ceil(128);
-        let sms = gpu.device().sm_count.max(1) as usize;
-        let heights: Vec<(u32, usize)> = self
-            .variants
-            .iter()
-            .map(|v| (v.mt, sms * v.blocks_per_sm as usize))
-            .collect();
-        let (auto_variant, auto_splits) = plan_launch(&heights, gn, m, kb);
+        let (auto_variant, auto_splits) = plan_launch(&heights(&self.variants, gpu), gn, m, kb);
         let variant = match forced.0 {
             Some(mt) => self
                 .variants
@@ -321,6 +330,16 @@ impl State {
             kb_per_split,
         }
     }
+}
+
+/// The `heights` of [`plan_launch`] for `variants` on `gpu`: (m16 tiles per warp,
+/// resident-block slots on the GPU) of each.
+fn heights(variants: &[Variant], gpu: &Gpu) -> Vec<(u32, usize)> {
+    let sms = gpu.device().sm_count.max(1) as usize;
+    variants
+        .iter()
+        .map(|v| (v.mt, sms * v.blocks_per_sm as usize))
+        .collect()
 }
 
 /// The automatic launch for `m` rows of a layer with `gn` 128-column tiles and `kb` 128-long
