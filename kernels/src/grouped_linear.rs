@@ -190,9 +190,9 @@ impl GroupedLinear {
     /// there (clamped to `0..=M_max`). Nothing is uploaded, so a CUDA graph can capture the
     /// call and replay it with other counts; run it once at this shape before the capture
     /// (the activation scratch is allocated then). The plan's kernel for `E * M_max` rows
-    /// must read the counts on the device: the grouped Hopper and portable kernels do; any other is
-    /// [`KernelError::Backend`] saying so. Bad shapes or routing buffers are typed errors
-    /// ([`DeviceMasked::check`]). Every row of the input is quantized, counted or not.
+    /// must read the counts on the device: the grouped Hopper and portable kernels do; any
+    /// other is [`KernelError::Backend`] saying so. Bad shapes or routing buffers are typed
+    /// errors ([`DeviceMasked::check`]). Every row of the input is quantized, counted or not.
     pub fn forward_masked_on_device(
         &mut self,
         input: &Tensor<'_>,
