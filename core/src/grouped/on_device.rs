@@ -2,7 +2,7 @@
 //! step captures (the counts change between replays, the launch does not).
 
 use crate::error::KernelError;
-use crate::grouped::RoutingError;
+use crate::grouped::routing::masked_rows;
 use crate::tensor::DeviceMemory;
 
 /// The routing of a masked call (the `[E * M_max, K]` input of [`Routing::Masked`](
@@ -27,10 +27,7 @@ impl DeviceMasked {
     /// the rows are a stack of E slabs, the counts hold E `i32`, the routing weights one
     /// `f32` per row, and `expected_rows` is 1 to `M_max`. Returns `M_max`.
     pub fn check(&self, experts: usize, rows: usize) -> Result<usize, KernelError> {
-        if experts == 0 || !rows.is_multiple_of(experts) {
-            return Err(RoutingError::MaskedRows { rows, experts }.into());
-        }
-        let m_max = rows / experts;
+        let m_max = masked_rows(experts, rows)?;
         let bytes = |what: &'static str, m: &DeviceMemory, count: usize| {
             if m.bytes / 4 < count {
                 return Err(KernelError::BufferTooSmall {

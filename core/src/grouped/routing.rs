@@ -193,7 +193,7 @@ impl Routing<'_> {
 }
 
 /// `M_max` of a masked input of `rows` rows for `experts` experts.
-fn masked_rows(experts: usize, rows: usize) -> Result<usize, RoutingError> {
+pub(crate) fn masked_rows(experts: usize, rows: usize) -> Result<usize, RoutingError> {
     if experts == 0 || !rows.is_multiple_of(experts) {
         return Err(RoutingError::MaskedRows { rows, experts });
     }

@@ -11,18 +11,15 @@ use fp8_linear_core::{
 };
 use fp8_linear_cuda::Gpu;
 
-use super::block::{ActLayout, BlockLayer, BlockWeights, ROWS_16_ROW_MAJOR};
+use super::block::{weight_block, ActLayout, BlockLayer, BlockWeights, ROWS_16_ROW_MAJOR};
 use super::device_io::{check_row_count, device_io, same_device};
 use super::error::{be, be_at};
 use super::scratch::Scratch;
 
 /// Grouped layers whose experts' weight scale rows stack into one tall layer's: N a
 /// multiple of the weight block's rows.
-pub const fn stackable(config: &LayerConfig) -> Result<(), Unsupported> {
-    let rows = match config.weight.group {
-        fp8_linear_core::GroupShape::Block { rows, .. } => rows as usize,
-        _ => 128,
-    };
+pub fn stackable(config: &LayerConfig) -> Result<(), Unsupported> {
+    let rows = weight_block(config).0;
     if rows == 0 || !config.n.is_multiple_of(rows) {
         return Err(Unsupported::new(
             "N must be a multiple of the weight block's rows (each expert's scale rows start a \

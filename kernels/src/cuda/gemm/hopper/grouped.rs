@@ -30,6 +30,7 @@ use crate::cuda::skeleton::grouped::{
 };
 use crate::cuda::skeleton::launch::{grid, launch};
 use crate::cuda::skeleton::layer::Io;
+use crate::cuda::skeleton::plans_by_m::PlansByM;
 
 const NAME: &str = HopperGroupedFp8::NAME;
 
@@ -72,6 +73,8 @@ struct State {
     /// A call's segments as (expert, first row, rows) i32 triples, uploaded with the
     /// routing weights.
     routing: RoutingUpload,
+    /// The tiles of calls so far ([`State::tile`]).
+    tiles: PlansByM<(usize, usize, usize)>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
 }
@@ -118,6 +121,7 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
             variants,
             _module: module,
             routing: RoutingUpload::default(),
+            tiles: PlansByM::default(),
             ta: None,
         });
         Ok(())
@@ -206,22 +210,30 @@ struct Work {
 impl State {
     /// The tile (rows, columns) and its variant's index for `routed` rows over `nseg`
     /// segments ([`grouped_tile`]).
+    /// Kept by (mean rows per segment, segments), as the dense layer keeps its plans by M:
+    /// the planner weighs every tile (microseconds of host time), a kept tile is a lookup.
     fn tile(
-        &self,
+        &mut self,
         gpu: &Gpu,
         (routed, nseg): (usize, usize),
         (n, k): (usize, usize),
     ) -> Result<(usize, usize, usize), KernelError> {
-        let sms = gpu.device().sm_count.max(1) as usize;
-        let tiles: Vec<(usize, usize)> = self.variants.iter().map(|v| (v.bm, v.bn)).collect();
-        let t = grouped_tile((routed, nseg), (n, k), sms, &tiles);
-        let vi = tiles
-            .iter()
-            .position(|&v| v == (t.bm, t.bn))
-            .ok_or_else(|| {
-                KernelError::backend(NAME, "plan_tile picked a tile it was not given")
-            })?;
-        Ok((t.bm, t.bn, vi))
+        // (Both below 2^31: rows and segments are checked to fit in i32.)
+        let key = (routed.div_ceil(nseg.max(1)) << 32) | nseg;
+        let variants = &self.variants;
+        let make = || {
+            let sms = gpu.device().sm_count.max(1) as usize;
+            let tiles: Vec<(usize, usize)> = variants.iter().map(|v| (v.bm, v.bn)).collect();
+            let t = grouped_tile((routed, nseg), (n, k), sms, &tiles);
+            let vi = tiles
+                .iter()
+                .position(|&v| v == (t.bm, t.bn))
+                .ok_or_else(|| {
+                    KernelError::backend(NAME, "plan_tile picked a tile it was not given")
+                })?;
+            Ok((t.bm, t.bn, vi))
+        };
+        self.tiles.get_or_make(key, make).copied()
     }
 
     /// Quantizes the `m` rows at `x` and enqueues the grouped GEMM of `work` into `out` on
