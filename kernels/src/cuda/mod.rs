@@ -61,7 +61,7 @@ pub use cublaslt_block::CublasLtBlockFp8;
 pub use cublaslt_scaled::{CublasLtFp8PerTensor, CublasLtFp8Rowwise};
 pub use decode::DecodeBlockFp8;
 pub use hopper::{HopperBlockFp8, HopperGroupedFp8};
-pub use marlin::MarlinFp8;
+pub use marlin::{MarlinFp8, MarlinGroupedFp8};
 pub use portable::{PortableBlockFp8, PortableGroupedFp8};
 pub use quant::{ActQuant, Grouping, ScaleOrder};
 

@@ -234,6 +234,17 @@ pub fn marlin_module() -> ModuleSpec {
     ModuleSpec::new("marlin_w8a16", module_source!(["epilogue.cuh"] "marlin.cu"))
 }
 
+/// The grouped Marlin module: the same source with `-DMARLIN_GROUPED`, whose kernels
+/// (`marlin_grouped_{f16,bf16}_mt{1,2,4,8}`) run E stacked experts over items of their rows
+/// (see `cu/marlin.cu`).
+pub fn marlin_grouped_module() -> ModuleSpec {
+    ModuleSpec::new(
+        "marlin_grouped",
+        module_source!(["epilogue.cuh"] "marlin.cu"),
+    )
+    .option("-DMARLIN_GROUPED".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +379,8 @@ mod tests {
         assert_eq!(grouped.source, hopper_module((128, 128), 2).source);
         assert_eq!(grouped.options, ["-DHOPPER_GROUPED"]);
         assert_ne!(grouped.name, hopper_module((128, 128), 2).name);
+        assert_eq!(marlin_grouped_module().source, MARLIN);
+        assert_eq!(marlin_grouped_module().options, ["-DMARLIN_GROUPED"]);
         // 128 x 128 blocks are the sources' default; other blocks are `-D` options.
         assert!(block_gemm_module(1, 4, 1, (128, 128)).options.len() == 2);
         assert!(block_gemm_module(1, 4, 1, (32, 64)).options.len() == 4);
@@ -384,7 +397,7 @@ mod tests {
             return;
         }
         // FP8 mma needs sm_89; wgmma and TMA sm_90a; Marlin's bf16 mma sm_80.
-        let specs: [(ModuleSpec, &[&str]); 21] = [
+        let specs: [(ModuleSpec, &[&str]); 22] = [
             (quant_module(), &["sm_80", "sm_89", "sm_90"]),
             (block_gemm_module(1, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
             (block_gemm_module(2, 4, 1, (128, 128)), &["sm_89", "sm_90"]),
@@ -406,6 +419,7 @@ mod tests {
             (hopper_grouped_module((128, 128), 2), &["sm_90a"]),
             (hopper_grouped_module((64, 64), 1), &["sm_90a"]),
             (marlin_module(), &["sm_80", "sm_86", "sm_89"]),
+            (marlin_grouped_module(), &["sm_80", "sm_89"]),
             (decode_module((128, 128), (2, 2)), &["sm_89", "sm_90"]),
             (decode_module((128, 128), (0, 1)), &["sm_90"]),
             (decode_module((8, 128), (1, 0)), &["sm_90"]),

@@ -36,6 +36,19 @@
 // the pieces of a cut stripe go to an f32 workspace and the block that arrives last (a
 // per-stripe counter) sums them in range order, so results are deterministic. Grid x
 // counts 8 * MT-row chunks of M (each a full pass over the weight).
+//
+// Grouped (a module compiled with -DMARLIN_GROUPED: `marlin_grouped_*` kernels instead): E
+// experts' repacked weights stacked (expert e's stages, group scales and channel scales after
+// those of experts 0..e-1, its bias at e * n), the rows cut into "items" of at most 8 * MT
+// rows of one expert, each a full pass over its expert's weight: item i's stripes are the
+// virtual stripes i * stripes .. (i + 1) * stripes - 1, and the stages of all of them, laid end
+// to end, are cut into min(grid y, stages) equal ranges as above (grid x is 1). The items are
+// a table the host uploads (expert, first row, rows), or, masked with the counts on the device,
+// expert e's count (clamped to 0..m_max) cut into items of its slab of m_max rows, which every
+// block derives from the counts into shared memory (after the ring) before it starts. Rows
+// past an item's count are zero-filled in shared memory and never stored; rows no item covers
+// are not written. Each stored value is (sum * channel scale + bias) * rw[m] when the routing
+// weights are given.
 
 struct __align__(16) U4 {
     u32 x, y, z, w;
@@ -113,24 +126,26 @@ __device__ __forceinline__ int range_of(int q, int total, int ranges) {
 
 // One activation word (8 elements of a row, at `p`, K index kk) into shared memory at `dst`,
 // for activations that do not allow 16-byte copies (x_vec 8, 4 or 0).
+// Elements at K index `kend` and past are zero-filled (a.k, or 0 for a row past a grouped
+// item's count).
 __device__ __forceinline__ void copy_x_narrow(const Args& a, u32 dst, U4* dst_ptr, const u16* p,
-                                              int kk) {
+                                              int kk, int kend) {
     if (a.x_vec == 8) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const bool ok = kk + 4 * h < a.k;
+            const bool ok = kk + 4 * h < kend;
             cp_async8(dst + 8 * h, ok ? (const void*)(p + 4 * h) : (const void*)a.x, ok ? 8u : 0u);
         }
     } else if (a.x_vec == 4) {
 #pragma unroll
         for (int h = 0; h < 4; h++) {
-            const bool ok = kk + 2 * h < a.k;
+            const bool ok = kk + 2 * h < kend;
             cp_async4(dst + 4 * h, ok ? (const void*)(p + 2 * h) : (const void*)a.x, ok ? 4u : 0u);
         }
     } else {
         u32 e[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) e[i] = kk + i < a.k ? (u32)p[i] : 0u;
+        for (int i = 0; i < 8; i++) e[i] = kk + i < kend ? (u32)p[i] : 0u;
         U4 v;
         v.x = e[0] | (e[1] << 16);
         v.y = e[2] | (e[3] << 16);
@@ -140,42 +155,148 @@ __device__ __forceinline__ void copy_x_narrow(const Args& a, u32 dst, U4* dst_pt
     }
 }
 
+// Grouped: the routing of a launch. `items` lists (expert, first row, rows) per item, rows at
+// most 8 MT; or, when null, item i is found from `counts` (E = experts counts, each clamped to
+// 0..m_max, of slabs of m_max rows) through the table each block builds in shared memory.
+struct Groups {
+    const int* items;
+    const int* counts;
+    const float* rw;   // one routing weight per row, or null
+    int n_items;       // items in the table (items not null)
+    int experts, m_max;
+};
+
+// One item: up to 8 MT rows r0.. of expert e.
+struct Item {
+    int e, r0, rows;
+};
+
+// Where a block finds its items: the host's table, or the masked counts' table in shared
+// memory (cnt[e] the clamped count, pre[e] the items of experts 0..e-1, pre[E] all of them).
+struct Items {
+    const Groups& g;
+    const int* cnt;
+    const int* pre;
+    int bm;  // rows per item (8 MT)
+
+    __device__ __forceinline__ Item at(int i) const {
+        if (g.items != nullptr) return Item{g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2]};
+        // The expert e with pre[e] <= i < pre[e + 1] (experts without rows have pre[e] ==
+        // pre[e + 1], so the search lands past them).
+        int lo = 0, hi = g.experts - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (pre[mid] <= i) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        const int j = i - pre[lo];
+        return Item{lo, lo * g.m_max + j * bm, min(bm, cnt[lo] - j * bm)};
+    }
+};
+
+// Masked: the block's table of the counts (see Items) in `tab` (2E + 1 + WARPS ints of shared
+// memory: cnt, pre, then the warps' sums); returns the items of all experts. Every thread
+// takes a run of consecutive experts, a warp scan and the warps' sums give each run's first
+// item.
+__device__ __forceinline__ int masked_items(const Groups& g, int bm, int* tab) {
+    const int E = g.experts, per = (E + THREADS - 1) / THREADS, e0 = threadIdx.x * per;
+    int* cnt = tab;
+    int* pre = tab + E;
+    int* wsum = tab + 2 * E + 1;
+    int mine = 0;
+    for (int i = 0; i < per; i++) {
+        const int e = e0 + i;
+        if (e < E) {
+            const int c = min(max(g.counts[e], 0), g.m_max);
+            cnt[e] = c;
+            mine += (c + bm - 1) / bm;
+        }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int inc = mine;  // inclusive scan over the warp's lanes
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int v = (int)__shfl_up_sync(0xffffffffu, (u32)inc, o);
+        if (lane >= o) inc += v;
+    }
+    if (lane == 31) wsum[warp] = inc;
+    __syncthreads();
+    int run = inc - mine;
+    for (int w = 0; w < warp; w++) run += wsum[w];
+    for (int i = 0; i < per; i++) {
+        const int e = e0 + i;
+        if (e < E) {
+            pre[e] = run;
+            run += (cnt[e] + bm - 1) / bm;
+        }
+    }
+    if (threadIdx.x == THREADS - 1) pre[E] = run;
+    __syncthreads();
+    return pre[E];
+}
+
 // One thread's share of every stage's copies, its source pointers and shared-memory offsets
-// computed once. Per stage a thread copies 4 weight words, one group-scale word (threads
-// 0..63) and XC activation words of one row (threads below X; rows >= m are never copied:
-// their shared memory is zeroed once, and an mma column of a row >= m only reaches outputs
-// not stored).
-template <int MT>
+// computed once (grouped: once per item). Per stage a thread copies 4 weight words, one
+// group-scale word (threads 0..63) and XC activation words of one row (threads below X; dense,
+// rows >= m are never copied: their shared memory is zeroed once, and an mma column of a row
+// >= m only reaches outputs not stored; grouped, rows past the item's are zero-filled).
+template <int MT, bool G>
 struct Producer {
     typedef StageLayout<MT> L;
     // Activation words per thread (threads below L::X copy).
     static const int XC = (L::X + THREADS - 1) / THREADS;
     const U4* w;     // this thread's first weight word of the next stage to issue
     const U4* s;     // group-scale word j of the next stage's stripe (scale threads)
-    const u16* x;    // this thread's activation row, or null when the row is >= m
+    const u16* x;    // this thread's activation row, or null when the row is >= m (dense)
     bool has_x;      // whether the thread has activation words in the tile
     int s_unit;      // unit of this thread's scale copy, or -1
     int x_k;         // K offset of this thread's first activation word within a stage
     u32 x_dst;       // its word index within a stage
-    int stripe, ks;  // the next stage to issue
+    int stripe, ks;  // the next stage to issue (grouped: stripe is the virtual stripe)
+    int row;         // this thread's activation row within the tile
+    int x_end;       // grouped: K past this thread's row (0 when the row is past the item's)
+    bool fresh;      // grouped: the next stage starts an item (point at it before issuing)
 
-    __device__ __forceinline__ Producer(const Args& a, int q0, int row0, int sps) {
+    __device__ __forceinline__ Producer(const Args& a, const Items& it, int q0, int row0,
+                                        int sps) {
         const int tid = threadIdx.x;
-        w = a.w + (size_t)q0 * L::W + tid;
         stripe = q0 / sps;
         ks = q0 - stripe * sps;
         s_unit = tid < L::S ? tid >> 4 : -1;
-        s = a.s + (size_t)stripe * a.groups * 16 + (tid & 15);
         // Copy i of the thread: word tid + i * THREADS of the activation tile, i.e. row
         // (tid / 4) % (8 MT), part tid % 4 of unit (tid / 4) / (8 MT) + i * 8 / MT.
-        const int row = (tid >> 2) % (8 * MT), part = tid & 3, u0 = (tid >> 2) / (8 * MT);
+        row = (tid >> 2) % (8 * MT);
+        const int part = tid & 3, u0 = (tid >> 2) / (8 * MT);
         has_x = tid < L::X;
-        x = has_x && row0 + row < a.m ? a.x + (size_t)(row0 + row) * a.ldx : nullptr;
         x_k = u0 * 32 + part * 8;
         x_dst = L::W + L::S + tid;
+        if constexpr (G) {
+            point(a, it, sps);
+            fresh = false;
+        } else {
+            w = a.w + (size_t)q0 * L::W + tid;
+            s = a.s + (size_t)stripe * a.groups * 16 + (tid & 15);
+            x = has_x && row0 + row < a.m ? a.x + (size_t)(row0 + row) * a.ldx : nullptr;
+        }
     }
 
-    // Zeroes, in every ring slot, the activation words this thread never copies.
+    // Grouped: the pointers of stage ks of virtual stripe `stripe` (stripe s of item i =
+    // stripe / stripes is stripe e * stripes + s of the stack).
+    __device__ __forceinline__ void point(const Args& a, const Items& items, int sps) {
+        const int i = stripe / a.stripes;
+        const Item it = items.at(i);
+        const size_t st = (size_t)it.e * a.stripes + (stripe - i * a.stripes);
+        w = a.w + (st * sps + ks) * L::W + threadIdx.x;
+        s = a.s + st * a.groups * 16 + (threadIdx.x & 15);
+        const bool ok = row < it.rows;
+        x = has_x ? a.x + (size_t)(it.r0 + (ok ? row : 0)) * a.ldx : nullptr;
+        x_end = ok ? a.k : 0;
+    }
+
+    // Zeroes, in every ring slot, the activation words this thread never copies (dense).
     __device__ __forceinline__ void zero_unused(U4* ring, int stages) const {
         if (x || !has_x) return;
         const U4 z = {0u, 0u, 0u, 0u};
@@ -187,7 +308,13 @@ struct Producer {
     // Issues the next stage's copies into ring slot `buf`, commits them as one group and
     // moves to the following stage.
     template <bool X16>
-    __device__ __forceinline__ void issue(const Args& a, U4* buf, int sps) {
+    __device__ __forceinline__ void issue(const Args& a, const Items& items, U4* buf, int sps) {
+        if constexpr (G) {
+            if (fresh) {
+                point(a, items, sps);
+                fresh = false;
+            }
+        }
         const u32 dst = smem_u32(buf);
 #pragma unroll
         for (int i = 0; i < L::W / THREADS; i++)
@@ -200,15 +327,16 @@ struct Producer {
             cp_async16(dst + 16 * (L::W + threadIdx.x), s + (size_t)grp * 16, 16u);
         }
         if (x) {
+            const int kend = G ? x_end : a.k;
 #pragma unroll
             for (int i = 0; i < XC; i++) {
                 const int kk = ks * (UNITS * 32) + x_k + i * (8 / MT) * 32;
                 const u32 d = dst + 16 * (x_dst + i * THREADS);
                 if (X16) {
-                    const bool ok = kk < a.k;  // k % 8 == 0: the whole word or none of it
+                    const bool ok = kk < kend;  // k % 8 == 0: the whole word or none of it
                     cp_async16(d, ok ? (const void*)(x + kk) : (const void*)a.x, ok ? 16u : 0u);
                 } else {
-                    copy_x_narrow(a, d, buf + x_dst + i * THREADS, x + kk, kk);
+                    copy_x_narrow(a, d, buf + x_dst + i * THREADS, x + kk, kk, kend);
                 }
             }
         }
@@ -217,6 +345,7 @@ struct Producer {
             ks = 0;
             stripe++;
             s += (size_t)a.groups * 16;
+            if constexpr (G) fresh = stripe % a.stripes == 0;
         }
     }
 };
@@ -251,22 +380,30 @@ __device__ __forceinline__ void compute_stage(const U4* w, const u32* sc, const 
     }
 }
 
-template <int BF16, int MT>
+// Stores the warp's tile of `stripe` (grouped: the item `it`'s stripe, its expert's channel
+// scales and bias, its rows only, times the rows' routing weights `rw` when given).
+template <int BF16, int MT, bool G>
 __device__ __forceinline__ void epilogue(const Args& a, const float (&acc)[MT][4], int stripe,
-                                         int tile, int row0, int lane) {
+                                         int tile, int row0, int lane, const Item& it,
+                                         const float* rw) {
     const int g = lane >> 2, t = lane & 3;
+    const float* chan = G ? a.chan + (size_t)it.e * a.stripes * (TILES * 16) : a.chan;
+    const float* bias = G && a.bias ? a.bias + (size_t)it.e * a.n : a.bias;
+    const int base = G ? it.r0 : row0, end = G ? it.r0 + it.rows : a.m;
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         const int n = stripe * (TILES * 16) + tile * 16 + g + 8 * (r >> 1);
         if (n >= a.n) continue;
-        const float c = a.chan[n];
-        const float b = a.bias ? a.bias[n] : 0.0f;
+        const float c = chan[n];
+        const float b = bias ? bias[n] : 0.0f;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            const int m = row0 + mt * 8 + 2 * t + (r & 1);
-            if (m < a.m)
-                store2<BF16 ? 2 : 1>(a.out, (long long)m * a.ldo + n, acc[mt][r] * c + b, 0.0f,
-                                     false, false);
+            const int m = base + mt * 8 + 2 * t + (r & 1);
+            if (m < end) {
+                float v = acc[mt][r] * c + b;
+                if (G && rw) v *= rw[m];
+                store2<BF16 ? 2 : 1>(a.out, (long long)m * a.ldo + n, v, 0.0f, false, false);
+            }
         }
     }
 }
@@ -278,8 +415,8 @@ __device__ __forceinline__ float* piece(const Args& a, int chunk, int b, int slo
     return a.work + (((size_t)chunk * gridDim.y + b) * 2 + slot) * (TILES * 16 * 8 * MT);
 }
 
-template <int BF16, int MT, bool X16>
-__device__ __forceinline__ void marlin_body(const Args& a) {
+template <int BF16, int MT, bool X16, bool G>
+__device__ __forceinline__ void marlin_body(const Args& a, const Groups& gr) {
     typedef StageLayout<MT> L;
     extern __shared__ U4 smem[];
     U4* ring = smem;
@@ -288,7 +425,15 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
     const int chunk = blockIdx.x, b = blockIdx.y;
     const int row0 = chunk * 8 * MT;
     const int sps = a.ksteps / UNITS;
-    const int total = a.stripes * sps, ranges = (int)gridDim.y;
+    const int S = a.stages;
+    // Grouped: the items (masked: their table after the ring), ranges no more than stages.
+    int* tab = reinterpret_cast<int*>(ring + (size_t)S * L::WORDS);
+    int n_items = 1;
+    if constexpr (G) n_items = gr.items != nullptr ? gr.n_items : masked_items(gr, 8 * MT, tab);
+    const Items items{gr, tab, tab + gr.experts, 8 * MT};
+    const int total = n_items * a.stripes * sps;
+    const int ranges = G ? min((int)gridDim.y, total) : (int)gridDim.y;
+    if (G && b >= ranges) return;  // the same for every thread of the block
     const int q0 = range_start(b, total, ranges);
     const int count = range_start(b + 1, total, ranges) - q0;
     const int first_stripe = q0 / sps;
@@ -299,14 +444,13 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
 #pragma unroll
         for (int r = 0; r < 4; r++) acc[mt][r] = 0.0f;
 
-    const int S = a.stages;
-    Producer<MT> prod(a, q0, row0, sps);
-    prod.zero_unused(ring, S);
+    Producer<MT, G> prod(a, items, q0, row0, sps);
+    if (!G) prod.zero_unused(ring, S);
     // (stripe, stage within it) of the stage computed.
     int stripe = first_stripe, ks = prod.ks;
     for (int p = 0; p < S - 1; p++) {
         if (p < count) {
-            prod.template issue<X16>(a, ring + (size_t)p * L::WORDS, sps);
+            prod.template issue<X16>(a, items, ring + (size_t)p * L::WORDS, sps);
         } else {
             cp_async_commit();
         }
@@ -325,7 +469,7 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
         const int pn = p + S - 1;
         if (pn < count) {
             const int nslot = slot == 0 ? S - 1 : slot - 1;  // (p + S - 1) % S
-            prod.template issue<X16>(a, ring + (size_t)nslot * L::WORDS, sps);
+            prod.template issue<X16>(a, items, ring + (size_t)nslot * L::WORDS, sps);
         } else {
             cp_async_commit();
         }
@@ -342,10 +486,17 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
             continue;
         }
 
-        // End of a stripe segment.
+        // End of a stripe segment (grouped: stripe `own` of item `it`).
+        Item it{0, 0, 0};
+        int own = stripe;
+        if constexpr (G) {
+            const int i = stripe / a.stripes;
+            it = items.at(i);
+            own = stripe - i * a.stripes;
+        }
         const bool whole = seg_ks == 0 && stripe_end;
         if (whole) {
-            epilogue<BF16, MT>(a, acc, stripe, tile, row0, lane);
+            epilogue<BF16, MT, G>(a, acc, own, tile, row0, lane, it, gr.rw);
         } else {
             // A cut stripe: store this piece; the last of its pieces to arrive sums them all.
             const int wslot = stripe == first_stripe ? 0 : 1;
@@ -378,7 +529,7 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
                         for (int r = 0; r < 4; r++)
                             sum[mt][r] += j == b ? acc[mt][r] : ld_cg(src + (mt * 4 + r) * 32);
                 }
-                epilogue<BF16, MT>(a, sum, stripe, tile, row0, lane);
+                epilogue<BF16, MT, G>(a, sum, own, tile, row0, lane, it, gr.rw);
             }
         }
 #pragma unroll
@@ -395,20 +546,34 @@ __device__ __forceinline__ void marlin_body(const Args& a) {
 
 // MINB: blocks per SM the registers must allow. Every variant fits two (the 64-row one in
 // 128 registers without spills: at one block per SM, 8 warps, it was latency-bound).
+#ifndef MARLIN_GROUPED
 #define MARLIN_KERNEL(NAME, BF16, MT, MINB)                                                    \
     extern "C" __global__ void __launch_bounds__(THREADS, MINB) NAME(Args a) {                 \
+        const Groups none{nullptr, nullptr, nullptr, 0, 0, 0};                                 \
         if (a.x_vec == 16) {                                                                   \
-            marlin_body<BF16, MT, true>(a);                                                    \
+            marlin_body<BF16, MT, true, false>(a, none);                                       \
         } else {                                                                               \
-            marlin_body<BF16, MT, false>(a);                                                   \
+            marlin_body<BF16, MT, false, false>(a, none);                                      \
         }                                                                                      \
     }
+#define KNAME(V) marlin_w8a16_##V
+#else
+#define MARLIN_KERNEL(NAME, BF16, MT, MINB)                                                    \
+    extern "C" __global__ void __launch_bounds__(THREADS, MINB) NAME(Args a, Groups g) {       \
+        if (a.x_vec == 16) {                                                                   \
+            marlin_body<BF16, MT, true, true>(a, g);                                           \
+        } else {                                                                               \
+            marlin_body<BF16, MT, false, true>(a, g);                                          \
+        }                                                                                      \
+    }
+#define KNAME(V) marlin_grouped_##V
+#endif
 
-MARLIN_KERNEL(marlin_w8a16_f16_mt1, 0, 1, 2)
-MARLIN_KERNEL(marlin_w8a16_f16_mt2, 0, 2, 2)
-MARLIN_KERNEL(marlin_w8a16_f16_mt4, 0, 4, 2)
-MARLIN_KERNEL(marlin_w8a16_f16_mt8, 0, 8, 2)
-MARLIN_KERNEL(marlin_w8a16_bf16_mt1, 1, 1, 2)
-MARLIN_KERNEL(marlin_w8a16_bf16_mt2, 1, 2, 2)
-MARLIN_KERNEL(marlin_w8a16_bf16_mt4, 1, 4, 2)
-MARLIN_KERNEL(marlin_w8a16_bf16_mt8, 1, 8, 2)
+MARLIN_KERNEL(KNAME(f16_mt1), 0, 1, 2)
+MARLIN_KERNEL(KNAME(f16_mt2), 0, 2, 2)
+MARLIN_KERNEL(KNAME(f16_mt4), 0, 4, 2)
+MARLIN_KERNEL(KNAME(f16_mt8), 0, 8, 2)
+MARLIN_KERNEL(KNAME(bf16_mt1), 1, 1, 2)
+MARLIN_KERNEL(KNAME(bf16_mt2), 1, 2, 2)
+MARLIN_KERNEL(KNAME(bf16_mt4), 1, 4, 2)
+MARLIN_KERNEL(KNAME(bf16_mt8), 1, 8, 2)

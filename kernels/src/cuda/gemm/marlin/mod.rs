@@ -18,15 +18,21 @@
 //! - `emulate`: a CPU model of the kernel's arithmetic, for tests (both reached by tests
 //!   through the hidden `fp8_linear::cuda::testing`, not part of the API);
 //! - [`plan`]: the launch plan (M tile, weight ranges, ring depth, workspace) and the
-//!   pipeline tuning ([`plan::MarlinPipeline`]).
+//!   pipeline tuning ([`plan::MarlinPipeline`]);
+//! - `device`: the repacked weight on the device, the module's kernels and the launch
+//!   arguments, which [`MarlinGroupedFp8`] (E experts in one launch) shares.
 
+mod device;
 pub(crate) mod emulate;
+mod grouped;
 pub mod plan;
 pub(crate) mod repack;
 
+pub use grouped::MarlinGroupedFp8;
+
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, PushKernelArg};
+use cudarc::driver::PushKernelArg;
 use fp8_linear_core::tensor::Storage;
 use fp8_linear_core::validate::{check_config_basics, check_layer_weights};
 use fp8_linear_core::{
@@ -34,7 +40,7 @@ use fp8_linear_core::{
     LayerParams, LayerWeights, Tensor, Unsupported,
 };
 use fp8_linear_cuda::cudarc;
-use fp8_linear_cuda::{function_with_shared_memory, DeviceBuffer, Gpu};
+use fp8_linear_cuda::Gpu;
 
 use crate::cuda::skeleton::device_io::download;
 use crate::cuda::skeleton::error::{be, be_at, compile_target};
@@ -43,8 +49,9 @@ use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::scratch::Scratch;
 use crate::cuda::skeleton::weights::small_to_host;
 use crate::cuda::sources;
+use device::{DeviceMarlin, KernelNames};
 use plan::{LaunchPlan, MarlinPipeline};
-use repack::{k_group, MarlinWeights, K_ALIGN, STEP, STRIPE};
+use repack::{k_group, MarlinWeights, K_ALIGN, STRIPE};
 
 const NAME: &str = MarlinFp8::NAME;
 
@@ -72,51 +79,10 @@ pub struct MarlinFp8 {
 }
 
 struct State {
-    weight: DeviceBuffer<u8>,
-    scales: DeviceBuffer<u8>,
-    channel: DeviceBuffer<f32>,
-    bias: Option<DeviceBuffer<f32>>,
-    /// Kernels for 1, 2, 4 and 8 m8 tiles per warp.
-    funcs: [CudaFunction; 4],
-    _module: Arc<CudaModule>,
-    n_pad: usize,
-    k_pad: usize,
-    groups: usize,
-    steps_per_group: usize,
-    /// The device's opt-in shared memory per block (the ring is sized from it).
-    smem_optin: usize,
+    dev: DeviceMarlin,
     work: Scratch<f32>,
     counters: Scratch<u8>,
 }
-
-/// The kernel's argument block (`struct Args` in `cu/marlin.cu`, same field order and types).
-#[repr(C)]
-#[derive(Copy, Clone, Debug)]
-struct Args {
-    w: u64,
-    s: u64,
-    chan: u64,
-    bias: u64,
-    x: u64,
-    out: u64,
-    work: u64,
-    counters: u64,
-    m: i32,
-    n: i32,
-    k: i32,
-    ldx: i32,
-    ldo: i32,
-    ksteps: i32,
-    steps_per_group: i32,
-    groups: i32,
-    spg_shift: i32,
-    stripes: i32,
-    stages: i32,
-    x_vec: i32,
-}
-
-// SAFETY: plain-old-data with the C layout the kernel's `Args` has.
-unsafe impl DeviceRepr for Args {}
 
 impl MarlinFp8 {
     /// Builds the kernel for a layer on the context's GPU with its parameters (`weight`,
@@ -193,7 +159,7 @@ fn host_codes(w: &Tensor<'_>, n: usize, k: usize, gpu: &Arc<Gpu>) -> Result<Vec<
     }
 }
 
-const KERNELS: [[&str; 4]; 2] = [
+const KERNELS: KernelNames = [
     [
         "marlin_w8a16_f16_mt1",
         "marlin_w8a16_f16_mt2",
@@ -261,34 +227,12 @@ impl Fp8Kernel for MarlinFp8 {
         let scales = small_to_host(NAME, "weight_scale", &ws, gpu)?;
         let mw: MarlinWeights = repack::prepare(&c, &codes, &scales)?;
         let bias = match (&weights.bias, c.bias) {
-            (Some(b), true) => {
-                let host = small_to_host(NAME, "bias", b, gpu)?;
-                Some(DeviceBuffer::from_host(gpu, &host).map_err(be(NAME))?)
-            }
+            (Some(b), true) => Some(small_to_host(NAME, "bias", b, gpu)?),
             _ => None,
         };
-        let (module, _) = gpu
-            .module_for(&sources::marlin_module(), self.target)
-            .map_err(be(NAME))?;
-        let optin = gpu.max_shared_memory_per_block().map_err(be(NAME))?;
-        // The largest ring a plan can ask for (the static variables need their share).
-        let dynamic = plan::max_dynamic_smem(optin as usize) as u32;
-        let load =
-            |name: &str| function_with_shared_memory(&module, name, dynamic).map_err(be(NAME));
-        let [f1, f2, f4, f8] = KERNELS[usize::from(mw.bf16)];
-        let funcs = [load(f1)?, load(f2)?, load(f4)?, load(f8)?];
+        let module = (&sources::marlin_module(), &KERNELS, self.target);
         let state = State {
-            weight: DeviceBuffer::from_host(gpu, &mw.weight).map_err(be(NAME))?,
-            scales: DeviceBuffer::from_host(gpu, &mw.group_scale_bytes()).map_err(be(NAME))?,
-            channel: DeviceBuffer::from_host(gpu, &mw.channel).map_err(be(NAME))?,
-            bias,
-            funcs,
-            _module: module,
-            n_pad: mw.n_pad,
-            k_pad: mw.k_pad,
-            groups: mw.groups,
-            steps_per_group: mw.steps_per_group,
-            smem_optin: optin as usize,
+            dev: DeviceMarlin::upload(NAME, gpu, module, &mw, bias.as_deref())?,
             work: Scratch::default(),
             counters: Scratch::default(),
         };
@@ -313,12 +257,13 @@ impl Recipe for State {
     /// The launch plan of a call of `m` rows.
     fn plan(&mut self, call: Call<'_>, tuning: &MarlinPipeline) -> Result<LaunchPlan, KernelError> {
         let (gpu, m) = (call.gpu, call.m);
+        let dev = &self.dev;
         LaunchPlan::new(
             m,
-            self.n_pad / STRIPE,
-            self.k_pad / STEP,
+            dev.stripes(),
+            dev.ksteps(),
             gpu.device().sm_count as usize,
-            self.smem_optin,
+            dev.smem_optin,
             tuning,
         )
         .ok_or_else(|| {
@@ -327,7 +272,7 @@ impl Recipe for State {
                 format!(
                     "the device's {} B of shared memory per block hold fewer than two stages \
                      ({} B each)",
-                    self.smem_optin,
+                    dev.smem_optin,
                     plan::stage_bytes(1)
                 ),
             )
@@ -368,33 +313,14 @@ impl Recipe for State {
     ) -> Result<(), KernelError> {
         let (c, gpu) = (call.c, call.gpu);
         let st = self;
-        let args = Args {
-            w: st.weight.ptr(),
-            s: st.scales.ptr(),
-            chan: st.channel.ptr(),
-            bias: st.bias.as_ref().map_or(0, |b| b.ptr()),
-            x: xin.ptr,
-            out: xout.ptr,
-            work,
-            counters,
-            m: m as i32,
-            n: c.n as i32,
-            k: c.k as i32,
-            ldx: c.k as i32,
-            ldo: c.n as i32,
-            ksteps: (st.k_pad / STEP) as i32,
-            steps_per_group: st.steps_per_group as i32,
-            groups: st.groups as i32,
-            spg_shift: if st.steps_per_group.is_power_of_two() {
-                st.steps_per_group.trailing_zeros() as i32
-            } else {
-                -1
-            },
-            stripes: p.stripes as i32,
-            stages: p.stages as i32,
-            x_vec: plan::x_copy_bytes(c.k, xin.ptr),
-        };
-        let mut b = gpu.stream().launch_builder(&st.funcs[p.variant()]);
+        let args = st.dev.args(
+            c,
+            m,
+            (xin.ptr, xout.ptr),
+            (work, counters),
+            (p.stripes, p.stages),
+        );
+        let mut b = gpu.stream().launch_builder(&st.dev.funcs[p.variant()]);
         b.arg(&args);
         let cfg = grid(
             (p.chunks as u32, p.ranges as u32, 1),

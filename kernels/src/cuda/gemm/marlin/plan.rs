@@ -96,13 +96,18 @@ pub fn x_copy_bytes(k: usize, ptr: u64) -> i32 {
 }
 
 /// Blocks per SM and ring depth for `mt` 8-row tiles: the tuning's, reduced until two
-/// stages fit; `None` when not even one block of two stages fits.
-fn ring(mt: usize, smem_optin: usize, tuning: &MarlinPipeline) -> Option<(usize, usize)> {
+/// stages fit beside `table` more bytes of shared memory per block; `None` when not even one
+/// block of two stages fits.
+fn ring(
+    mt: usize,
+    (smem_optin, table): (usize, usize),
+    tuning: &MarlinPipeline,
+) -> Option<(usize, usize)> {
     let mut bps = tuning.blocks_per_sm.max(1) as usize;
     loop {
         // A block's share of the SM (its opt-in limit plus the system's 1 KiB), less its own
         // reservation: with one block, exactly max_dynamic_smem.
-        let budget = ((smem_optin + 1024) / bps).saturating_sub(RESERVED_PER_BLOCK);
+        let budget = ((smem_optin + 1024) / bps).saturating_sub(RESERVED_PER_BLOCK + table);
         let fit = budget / stage_bytes(mt);
         let stages = fit.min(tuning.stages as usize);
         if stages >= 2 {
@@ -113,6 +118,54 @@ fn ring(mt: usize, smem_optin: usize, tuning: &MarlinPipeline) -> Option<(usize,
         }
         bps -= 1;
     }
+}
+
+/// The M tile for `m` rows (8-row tiles per warp: 1, 2, 4 or 8, at most the tuning's
+/// tallest), with the blocks per SM and ring depth its ring allows beside `table` bytes: the
+/// widest tile up to the wanted one whose ring of two stages fits (a 99 KiB GPU holds two
+/// stages of 32 rows, not of 64). `None` when two stages of the smallest do not fit.
+fn tile(
+    m: usize,
+    (smem_optin, table): (usize, usize),
+    tuning: &MarlinPipeline,
+) -> Option<(usize, usize, usize)> {
+    let want = match m {
+        0..=8 => 1,
+        9..=16 => 2,
+        17..=32 => 4,
+        _ => 8,
+    }
+    .min((tuning.max_tile_rows as usize / 8).max(1));
+    [8, 4, 2, 1]
+        .into_iter()
+        .filter(|&mt| mt <= want)
+        .find_map(|mt| ring(mt, (smem_optin, table), tuning).map(|(b, s)| (mt, b, s)))
+}
+
+/// One block per SM instead of the tuning's two when `stages` (the launch's, all chunks)
+/// would give each range fewer than the tuning's `min_range_stages`; the (blocks per SM,
+/// ring depth) to launch with.
+fn fewer_blocks(
+    (mt, bps, stages): (usize, usize, usize),
+    total: usize,
+    (sm_count, smem_optin, table): (usize, usize, usize),
+    tuning: &MarlinPipeline,
+) -> Option<(usize, usize)> {
+    if bps > 1 && total < tuning.min_range_stages as usize * bps * sm_count.max(1) {
+        let one = MarlinPipeline {
+            blocks_per_sm: 1,
+            ..*tuning
+        };
+        return ring(mt, (smem_optin, table), &one);
+    }
+    Some((bps, stages))
+}
+
+/// Whether `whole` stripes, one block each, fill the waves they take on `slots` block slots
+/// to at least 90 % (288 stripes on 264 block slots would leave a second wave of 24 blocks,
+/// doubling the time: one wave of equal ranges is better there).
+fn fills_waves(whole: usize, slots: usize) -> bool {
+    whole * 10 >= whole.div_ceil(slots) * slots * 9
 }
 
 /// One launch of the kernel.
@@ -148,37 +201,19 @@ impl LaunchPlan {
         smem_optin: usize,
         tuning: &MarlinPipeline,
     ) -> Option<Self> {
-        let want = match m {
-            0..=8 => 1,
-            9..=16 => 2,
-            17..=32 => 4,
-            _ => 8,
-        }
-        .min((tuning.max_tile_rows as usize / 8).max(1));
-        // The widest M tile up to `want` whose ring of two stages fits (a 99 KiB GPU holds
-        // two stages of 32 rows, not of 64).
-        let (mt, mut bps, mut stages) = [8, 4, 2, 1]
-            .into_iter()
-            .filter(|&mt| mt <= want)
-            .find_map(|mt| ring(mt, smem_optin, tuning).map(|(b, s)| (mt, b, s)))?;
+        let (mt, bps, stages) = tile(m, (smem_optin, 0), tuning)?;
         let chunks = m.div_ceil(8 * mt).max(1);
         let stripes = stripes.max(1);
         let total = stripes * (ksteps / STAGE_STEPS).max(1);
-        let sm_count = sm_count.max(1);
-        // Stages per range at bps blocks per SM: total * chunks / (bps * sm_count).
-        if bps > 1 && total * chunks < tuning.min_range_stages as usize * bps * sm_count {
-            let one = MarlinPipeline {
-                blocks_per_sm: 1,
-                ..*tuning
-            };
-            (bps, stages) = ring(mt, smem_optin, &one)?;
-        }
-        let target = bps * sm_count;
-        // Whole stripes when their blocks fill the waves they take to at least 90 %; else
-        // one wave of equal ranges (288 stripes on 264 block slots would leave a second
-        // wave of 24 blocks, doubling the time).
+        let (bps, stages) = fewer_blocks(
+            (mt, bps, stages),
+            total * chunks,
+            (sm_count, smem_optin, 0),
+            tuning,
+        )?;
+        let target = bps * sm_count.max(1);
         let whole = chunks * stripes;
-        let ranges = if whole * 10 >= whole.div_ceil(target) * target * 9 {
+        let ranges = if fills_waves(whole, target) {
             stripes
         } else {
             target.div_ceil(chunks).min(total)
@@ -217,6 +252,146 @@ impl LaunchPlan {
     pub fn counters(&self) -> usize {
         if self.cuts_stripes() {
             self.chunks * self.stripes
+        } else {
+            0
+        }
+    }
+}
+
+/// What a grouped launch runs over: the items of `tile_rows`-row tiles, from the host's
+/// segments or from masked counts on the device.
+#[derive(Copy, Clone, Debug)]
+pub enum GroupedWork<'a> {
+    /// The rows of each non-empty segment of a routing the host knows.
+    Routed(&'a [usize]),
+    /// E slabs of `m_max` rows whose counts only the device knows, `expected` rows each.
+    Masked {
+        /// Experts (E).
+        experts: usize,
+        /// Rows per slab.
+        m_max: usize,
+        /// The rows per expert to plan for.
+        expected: usize,
+    },
+}
+
+impl GroupedWork<'_> {
+    /// The rows the M tile is chosen for: the tallest segment (so that each expert's weight
+    /// is read once per call whenever it fits one tile), or the expected rows.
+    fn tile_rows(&self) -> usize {
+        match *self {
+            GroupedWork::Routed(rows) => rows.iter().copied().max().unwrap_or(1),
+            GroupedWork::Masked { expected, .. } => expected,
+        }
+    }
+
+    /// (items expected, most items) of `bm`-row items.
+    fn items(&self, bm: usize) -> (usize, usize) {
+        match *self {
+            GroupedWork::Routed(rows) => {
+                let n = rows.iter().map(|r| r.div_ceil(bm)).sum();
+                (n, n)
+            }
+            GroupedWork::Masked {
+                experts,
+                m_max,
+                expected,
+            } => (
+                experts * expected.div_ceil(bm),
+                experts * m_max.div_ceil(bm),
+            ),
+        }
+    }
+
+    /// Bytes of shared memory each block of a masked launch builds its table of the counts
+    /// in (`2 E + 1` items and offsets, 8 warp sums), 0 for a routed one.
+    pub fn table_bytes(&self) -> usize {
+        match *self {
+            GroupedWork::Routed(_) => 0,
+            GroupedWork::Masked { experts, .. } => ((2 * experts + 9) * 4).next_multiple_of(16),
+        }
+    }
+}
+
+/// One launch of the grouped kernel (`marlin_grouped_*`): items of at most `8 * mt` rows of
+/// one expert, each a pass over its expert's weight, whose stages, laid end to end, are cut
+/// into equal ranges (the kernel uses at most one range per stage).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct GroupedPlan {
+    /// 8-row M tiles per warp (1, 2, 4 or 8).
+    pub mt: usize,
+    /// Ranges (grid y).
+    pub ranges: usize,
+    /// Ring depth.
+    pub stages: usize,
+    /// Dynamic shared memory per block: the ring, then a masked launch's table.
+    pub smem: usize,
+    /// Whether ranges may cut stripes (then the workspace and the counters are used).
+    pub cuts: bool,
+    /// The most items a call of the plan can have.
+    pub max_items: usize,
+    /// Stripes per expert.
+    pub stripes: usize,
+}
+
+impl GroupedPlan {
+    /// Plans a grouped launch of `work` over experts of `stripes` stripes of `ksteps` K
+    /// steps on a GPU of `sm_count` SMs and `smem_optin` bytes of shared memory per block:
+    /// whole stripes per block when a routed call's items have enough of them to fill the
+    /// GPU's block slots in whole waves (to 90 %), else one range per resident block. `None`
+    /// when the shared memory cannot hold two stages of the smallest tile beside the table.
+    pub fn new(
+        work: GroupedWork<'_>,
+        (stripes, ksteps): (usize, usize),
+        (sm_count, smem_optin): (usize, usize),
+        tuning: &MarlinPipeline,
+    ) -> Option<Self> {
+        let table = work.table_bytes();
+        let (mt, bps, stages) = tile(work.tile_rows(), (smem_optin, table), tuning)?;
+        let (items, max_items) = work.items(8 * mt);
+        let stripes = stripes.max(1);
+        let total = items * stripes * (ksteps / STAGE_STEPS).max(1);
+        let (bps, stages) = fewer_blocks(
+            (mt, bps, stages),
+            total,
+            (sm_count, smem_optin, table),
+            tuning,
+        )?;
+        let slots = bps * sm_count.max(1);
+        let whole = items * stripes;
+        let routed = matches!(work, GroupedWork::Routed(_));
+        let (ranges, cuts) = if routed && whole <= 65535 && fills_waves(whole, slots) {
+            (whole.max(1), false)
+        } else if routed {
+            (slots.min(total.max(1)).min(65535), true)
+        } else {
+            // The device's counts may give more stages than expected: every slot.
+            (slots.min(65535), true)
+        };
+        Some(GroupedPlan {
+            mt,
+            ranges,
+            stages,
+            smem: stages * stage_bytes(mt) + table,
+            cuts,
+            max_items,
+            stripes,
+        })
+    }
+
+    /// f32 elements of the split-K workspace: two pieces per range (0 without cuts).
+    pub fn workspace_floats(&self) -> usize {
+        if self.cuts {
+            self.ranges * 2 * super::repack::STRIPE * 8 * self.mt
+        } else {
+            0
+        }
+    }
+
+    /// Arrival counters: one per item and stripe (0 without cuts).
+    pub fn counters(&self) -> usize {
+        if self.cuts {
+            self.max_items * self.stripes
         } else {
             0
         }
