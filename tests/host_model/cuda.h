@@ -166,6 +166,14 @@ inline u32 __shfl_xor_sync(unsigned, u32 v, int o) {
     return r;
 }
 
+// shfl.sync.up: lane l gets lane l - d's value, lanes below d their own.
+inline u32 __shfl_up_sync(unsigned, u32 v, int d) {
+    const int l = threadIdx.x & 31;
+    const u32 r = warp_post(&v, 1).w[l >= d ? l - d : l][0];
+    __syncwarp();
+    return r;
+}
+
 // cp.async: a thread's copies wait in its open group until committed, and land when
 // cp_wait lets their group go (zero fill included), or all at once before the thread's
 // mbarrier arrival on their completion (host_cp_land_all).

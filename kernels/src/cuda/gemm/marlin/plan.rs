@@ -493,4 +493,42 @@ mod tests {
         }
         .is_valid());
     }
+
+    #[test]
+    fn grouped_plans_read_each_expert_once_and_fill_the_gpu() {
+        let t = MarlinPipeline::default();
+        let h200 = (132, H200_SMEM);
+        // DeepSeek-V3 down (7168 x 2048: 56 stripes, 64 K steps), masked decode, 8 experts of
+        // 16 rows: one 16-row item per expert, one range per block slot, cuts.
+        let masked = GroupedWork::Masked {
+            experts: 8,
+            m_max: 16,
+            expected: 16,
+        };
+        let p = GroupedPlan::new(masked, (56, 64), h200, &t).unwrap();
+        assert_eq!((p.mt, p.ranges, p.max_items), (2, 264, 8), "{p:?}");
+        assert!(p.cuts && p.counters() == 8 * 56, "{p:?}");
+        assert_eq!(p.smem, p.stages * stage_bytes(2) + masked.table_bytes());
+        assert_eq!(masked.table_bytes(), 112);
+        // A routed call of segments up to 40 rows: 64-row items, one per segment.
+        let rows = [40, 3, 17];
+        let r = GroupedPlan::new(GroupedWork::Routed(&rows), (56, 64), h200, &t).unwrap();
+        assert_eq!((r.mt, r.max_items), (8, 3), "{r:?}");
+        // Prefill: 8 experts x 4096 rows in 64-row items, 512 x 16 whole stripes fill 32
+        // waves of 264 slots to 97 %: no cuts, no workspace.
+        let big = [4096; 8];
+        let w = GroupedPlan::new(GroupedWork::Routed(&big), (16, 224), h200, &t).unwrap();
+        assert_eq!(
+            (w.ranges, w.cuts, w.workspace_floats()),
+            (8192, false, 0),
+            "{w:?}"
+        );
+        // A table of a million experts leaves no room for the ring.
+        let huge = GroupedWork::Masked {
+            experts: 1 << 20,
+            m_max: 1,
+            expected: 1,
+        };
+        assert!(GroupedPlan::new(huge, (1, 4), h200, &t).is_none());
+    }
 }
