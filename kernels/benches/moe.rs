@@ -1,9 +1,10 @@
-//! Mixture-of-experts projections on the grouped Hopper kernel (`HopperGroupedFp8`), against
-//! what its targets are measured by, all in one run: contiguous calls (E experts x R rows,
-//! prefill) against the dense Hopper kernel (`HopperBlockFp8`, one expert's layer) on the
-//! same total rows, and masked calls (E experts x R rows, decode: M_max = R, every count R)
-//! against the read-once floor of the E experts' weights (a kernel that only reads those
-//! E x N x K bytes once, see `common::ReadOnce`). Each layer holds 64 experts; a call routes
+//! Mixture-of-experts projections on the grouped Hopper kernel (`HopperGroupedFp8`) and the
+//! grouped Marlin kernel (`MarlinGroupedFp8`, W8A16, its sm_80 code: what an A100 runs),
+//! against what their targets are measured by, all in one run: contiguous calls (E experts x
+//! R rows, prefill) against the dense Hopper kernel (`HopperBlockFp8`, one expert's layer) on
+//! the same total rows, and masked calls (E experts x R rows, decode: M_max = R, every count
+//! R), Hopper's and Marlin's, against the read-once floor of the E experts' weights (a kernel
+//! that only reads those E x N x K bytes once, see `common::ReadOnce`). Each layer holds 64 experts; a call routes
 //! rows to the first E and none to the others. CUDA events around one `forward` (activation
 //! quantization and the routing's upload included), a 256 MiB read evicting L2 before every
 //! timed call, median of the samples. Shapes: DeepSeek-V3's experts (gate and up fused,
@@ -22,10 +23,10 @@ use common::{
     flushed_median, hopper_or_skip, random_codes, random_scales, rel_diff, Flush, ReadOnce,
 };
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
-use fp8_linear::cuda::{HopperBlockFp8, HopperGroupedFp8};
+use fp8_linear::cuda::{HopperBlockFp8, HopperGroupedFp8, MarlinGroupedFp8};
 use fp8_linear::{
-    DType, GroupedLinear, GroupedWeights, KernelOptions, LayerConfig, LayerWeights, Linear,
-    Registered, Routing, Target, Tensor,
+    Capability, DType, GroupedLinear, GroupedWeights, KernelOptions, LayerConfig, LayerWeights,
+    Linear, Registered, Routing, Target, Tensor,
 };
 use half::bf16;
 use rand::Rng;
@@ -108,6 +109,11 @@ fn shape_points(
     let dense_entry = &HopperBlockFp8::ENTRY;
     let mut dense = Linear::with_entry(dense_entry, &target, &cfg, &expert0, &options)
         .map_err(|e| format!("dense layer: {e}"))?;
+    // Marlin's sm_80 code (what an A100 runs), forced on this GPU.
+    let sm80 = KernelOptions::none().compile_for(Capability::new(8, 0));
+    let marlin_entry = &MarlinGroupedFp8::ENTRY;
+    let mut marlin = GroupedLinear::with_entry(marlin_entry, &target, &cfg, &weights, &sm80)
+        .map_err(|e| format!("Marlin grouped layer: {e}"))?;
     drop(codes);
 
     // Input rows: E x R contiguous, EXPERTS x R masked (every expert's slab).
@@ -159,19 +165,25 @@ fn shape_points(
         let routing = Routing::Masked(&counts);
         let rows_in = EXPERTS * r;
         let us = time_grouped(io, &mut grouped, &x, &mut out, &routing, (rows_in, n, k))?;
+        let w8a16 = time_grouped(io, &mut marlin, &x, &mut out, &routing, (rows_in, n, k))?;
         let touched = DeviceBuffer::<u8>::zeros(gpu, e * n * k).map_err(|e| e.to_string())?;
         let (base, _) = read_once.floor_us(gpu, timer, flush, &touched, (2, 9))?;
-        println!("{name} masked {e} x {r}: {us:.1} us, read-once of {e} experts {base:.1} us");
-        points.push(Point {
-            shape: name,
-            form: "masked",
-            experts: e,
-            rows: r,
-            us,
-            base,
-            diff: f64::NAN,
-            flops: 2.0 * (e * r * n * k) as f64,
-        });
+        println!(
+            "{name} masked {e} x {r}: {us:.1} us, Marlin {w8a16:.1} us, read-once of {e} \
+             experts {base:.1} us"
+        );
+        for (form, us) in [("masked", us), ("marlin masked", w8a16)] {
+            points.push(Point {
+                shape: name,
+                form,
+                experts: e,
+                rows: r,
+                us,
+                base,
+                diff: f64::NAN,
+                flops: 2.0 * (e * r * n * k) as f64,
+            });
+        }
     }
     Ok(())
 }
@@ -214,24 +226,29 @@ fn main() {
             p.diff
         );
     }
-    println!();
-    println!("masked (decode): grouped against reading the experts' weights once");
-    println!(
-        "| shape | experts x rows | grouped us | read-once us | / read-once | % of 4.3 TB/s |"
-    );
-    println!("|---|---|---|---|---|---|");
-    for p in points.iter().filter(|p| p.form == "masked") {
-        let bytes = p.flops / 2.0 / p.rows as f64;
+    for (form, title) in [
+        ("masked", "Hopper grouped"),
+        ("marlin masked", "Marlin grouped (W8A16, sm_80 code)"),
+    ] {
+        println!();
+        println!("masked (decode), {title}: against reading the experts' weights once");
         println!(
-            "| {} | {} x {} | {:.1} | {:.1} | {:.2} | {:.0} % |",
-            p.shape,
-            p.experts,
-            p.rows,
-            p.us,
-            p.base,
-            p.us / p.base,
-            100.0 * bytes / HBM / p.us
+            "| shape | experts x rows | grouped us | read-once us | / read-once | % of 4.3 TB/s |"
         );
+        println!("|---|---|---|---|---|---|");
+        for p in points.iter().filter(|p| p.form == form) {
+            let bytes = p.flops / 2.0 / p.rows as f64;
+            println!(
+                "| {} | {} x {} | {:.1} | {:.1} | {:.2} | {:.0} % |",
+                p.shape,
+                p.experts,
+                p.rows,
+                p.us,
+                p.base,
+                p.us / p.base,
+                100.0 * bytes / HBM / p.us
+            );
+        }
     }
     if failures > 0 {
         eprintln!("{failures} failures");

@@ -34,7 +34,8 @@
 //!   experts' tensors stacked) and [`GroupedLinear`], called with a [`Routing`]
 //!   (contiguous rows by offsets or per-row expert ids, or masked per-expert counts),
 //!   planned from [`tables::GROUPED`] (CPU kernels today; the grouped CUDA kernels, not
-//!   yet in the tables, are `cuda::HopperGroupedFp8` and `cuda::PortableGroupedFp8`).
+//!   yet in the tables, are `cuda::HopperGroupedFp8`, `cuda::PortableGroupedFp8` and
+//!   `cuda::MarlinGroupedFp8`).
 //! - Why a kernel was or was not chosen: [`Registry::explain`] on [`tables::BUILTIN`].
 //! - A kernel of your own: [`docs::writing_kernels`] (what `apply` receives, what the
 //!   scales mean, extending a built-in table, a complete CPU kernel using the helpers in

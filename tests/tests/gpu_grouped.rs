@@ -1,9 +1,11 @@
-//! The grouped CUDA kernels (`HopperGroupedFp8`, `PortableGroupedFp8`) on the GPU, each where
-//! it runs: every call form (offsets with an empty expert and padding rows, runs of expert ids
+//! The grouped CUDA kernels (`HopperGroupedFp8`, `PortableGroupedFp8`, `MarlinGroupedFp8`) on
+//! the GPU, each where it runs (Marlin, an Ampere kernel, forced by its `force_arch` on newer
+//! GPUs): every call form (offsets with an empty expert and padding rows, runs of expert ids
 //! that visit an expert twice, masked slabs with empty and one-row experts), with and without
 //! routing weights, bias, ragged K, two weight-block shapes and output dtypes, one kernel
 //! object over calls of different rows, against the grouped f64 reference
-//! (`CpuGroupedReference`) on the activations as the device holds them; rows no expert owns
+//! (`CpuGroupedReference`, of the kernel's numerics: W8A16 for Marlin) on the activations as
+//! the device holds them; rows no expert owns
 //! stay as they were. Masked calls with their counts in device memory, direct and as a CUDA
 //! graph replayed with other counts (clamped to the slab). Skips without a GPU unless
 //! FP8_REQUIRE_CUDA=1, and visibly for a kernel the GPU cannot run (a failure under
@@ -14,7 +16,7 @@ use std::sync::Arc;
 use fp8_linear::cpu::CpuGroupedReference;
 use fp8_linear::cuda::interop::cudarc::driver::sys;
 use fp8_linear::cuda::runtime::{DeviceBuffer, Gpu};
-use fp8_linear::cuda::{HopperGroupedFp8, PortableGroupedFp8};
+use fp8_linear::cuda::{HopperGroupedFp8, MarlinGroupedFp8, PortableGroupedFp8};
 use fp8_linear::{
     bf16, DType, DeviceMasked, GroupedLinear, KernelEntry, KernelOptions, LayerConfig, Registered,
     Routing, ScaleDtype, Target, Tensor, TensorMut,
@@ -24,11 +26,16 @@ use fp8_linear_tests::gpu::{gpu_for_entry_or_skip, pick_rows, upload_as, AnyBuff
 use fp8_linear_tests::layers::{block_config, random_activations, Experts};
 
 /// The grouped CUDA kernels.
-const KERNELS: [&KernelEntry; 2] = [&HopperGroupedFp8::ENTRY, &PortableGroupedFp8::ENTRY];
+const KERNELS: [&KernelEntry; 3] = [
+    &HopperGroupedFp8::ENTRY,
+    &PortableGroupedFp8::ENTRY,
+    &MarlinGroupedFp8::ENTRY,
+];
 
-/// The GPU when it runs `entry`, else None after reporting the skip of `test` for it.
+/// The GPU when it runs `entry` (forced where its `force_arch` allows), else None after
+/// reporting the skip of `test` for it.
 fn gpu_for(test: &str, entry: &'static KernelEntry) -> Option<Arc<Gpu>> {
-    gpu_for_entry_or_skip(&format!("{test} ({})", entry.name), entry, false)
+    gpu_for_entry_or_skip(&format!("{test} ({})", entry.name), entry, true)
 }
 
 /// The experts `x` of `cfg` in a grouped layer of `entry` on `gpu`.
@@ -98,12 +105,12 @@ fn routed_rows(routing: &Routing<'_>, experts: usize, rows: usize) -> Vec<usize>
     r
 }
 
-/// The reference layer (f32 in and out) of the experts `x` of `cfg`.
-fn reference_of(cfg: &LayerConfig, x: &Experts) -> GroupedLinear {
+/// The reference layer (f32 in and out, `entry`'s numerics) of the experts `x` of `cfg`.
+fn reference_of(entry: &KernelEntry, cfg: &LayerConfig, x: &Experts) -> GroupedLinear {
     let cpu_cfg = LayerConfig {
         input_dtype: DType::F32,
         output_dtype: DType::F32,
-        ..*cfg
+        ..entry.reference_config(cfg)
     };
     let entry = &CpuGroupedReference::ENTRY;
     let options = KernelOptions::none();
@@ -170,13 +177,22 @@ fn every_call_form(entry: &'static KernelEntry, gpu: &Arc<Gpu>) {
             (192, 330),
             (DType::F16, DType::F32),
         ),
+        // (for Marlin, whose output is in the activation dtype)
+        block_config(
+            (64, 64),
+            (ScaleDtype::F32, ScaleDtype::F32),
+            (192, 330),
+            (DType::F16, DType::F16),
+        ),
     ];
-    for cfg in configs {
+    let mut ran = 0;
+    for cfg in configs.iter().filter(|c| (entry.can_implement)(c).is_ok()) {
+        ran += 1;
         let (n, k) = (cfg.n, cfg.k);
-        let x = Experts::random(&cfg, experts);
-        let mut layer = on_gpu(entry, gpu, &cfg, &x);
+        let x = Experts::random(cfg, experts);
+        let mut layer = on_gpu(entry, gpu, cfg, &x);
         // The reference on f32 activations (the values the device holds) and f32 output.
-        let mut reference = reference_of(&cfg, &x);
+        let mut reference = reference_of(entry, cfg, &x);
         for case in &CASES {
             let m = case.rows;
             let what = format!(
@@ -198,9 +214,10 @@ fn every_call_form(entry: &'static KernelEntry, gpu: &Arc<Gpu>) {
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             let got = out.to_f32();
             let call = (&case.routing, w);
-            expect_reference((entry, &mut reference), &cfg, (&exact, &got), call, &what);
+            expect_reference((entry, &mut reference), cfg, (&exact, &got), call, &what);
         }
     }
+    assert!(ran >= 2, "{} ran on {ran} of the layers", entry.name);
 }
 
 #[test]
@@ -267,7 +284,7 @@ fn device_counts_in_a_graph(entry: &'static KernelEntry, gpu: &Arc<Gpu>) {
     let m = experts * m_max;
     let x = Experts::random(&cfg, experts);
     let mut layer = on_gpu(entry, gpu, &cfg, &x);
-    let mut reference = reference_of(&cfg, &x);
+    let mut reference = reference_of(entry, &cfg, &x);
     let (xin, exact) = upload_as(gpu, &random_activations(m, k), cfg.input_dtype);
     let w: Vec<f32> = (0..m).map(|r| 0.5 + (r % 3) as f32 * 0.25).collect();
     let rw = DeviceBuffer::from_host(gpu, &w).unwrap();

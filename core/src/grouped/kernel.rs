@@ -54,8 +54,8 @@ pub trait Fp8GroupedKernel: KernelName + Send + 'static {
         Err(KernelError::backend(
             self.name(),
             "masked counts in device memory need a GPU kernel that reads them on the device \
-             (HopperGroupedFp8, PortableGroupedFp8); pass the counts from the host \
-             (Routing::Masked) instead",
+             (HopperGroupedFp8, PortableGroupedFp8, MarlinGroupedFp8); pass the counts \
+             from the host (Routing::Masked) instead",
         ))
     }
 }
