@@ -75,7 +75,6 @@ impl GroupedData {
         let (m, n, k, _) = self.dims;
         let (rows, cols) = self.block;
         let (kbs, nbs) = (k.div_ceil(cols), n.div_ceil(rows));
-        let mut covered = vec![false; m];
         for &(x, r0, len) in segs.iter().filter(|s| s.2 > 0) {
             let mut want = block_reference(
                 (
@@ -101,14 +100,29 @@ impl GroupedData {
             let seg = format!("{what}: segment ({x}, {r0}, {len})");
             eprintln!("host model {seg}: {}", cmp.summary());
             cmp.assert_ok(&seg);
-            covered[r0..r0 + len].iter_mut().for_each(|c| *c = true);
         }
-        for (r, _) in covered.iter().enumerate().filter(|(_, c)| !**c) {
-            assert!(
-                out[r * n..(r + 1) * n].iter().all(|v| v.is_nan()),
-                "{what}: row {r}, which no segment covers, was written"
-            );
-        }
+        assert_uncovered_untouched(out, (m, n), segs, what);
+    }
+}
+
+/// Asserts that every row of `out` (`[M, N]` as f32) that no segment of `segs` ((expert,
+/// first row, rows)) covers is still NaN (the drivers fill the output with 0xff bytes
+/// first).
+pub fn assert_uncovered_untouched(
+    out: &[f32],
+    (m, n): (usize, usize),
+    segs: &[(usize, usize, usize)],
+    what: &str,
+) {
+    let mut covered = vec![false; m];
+    for &(_, r0, len) in segs {
+        covered[r0..r0 + len].iter_mut().for_each(|c| *c = true);
+    }
+    for (r, _) in covered.iter().enumerate().filter(|(_, c)| !**c) {
+        assert!(
+            out[r * n..(r + 1) * n].iter().all(|v| v.is_nan()),
+            "{what}: row {r}, which no segment covers, was written"
+        );
     }
 }
 

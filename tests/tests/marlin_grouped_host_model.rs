@@ -18,7 +18,7 @@ use fp8_linear::cuda::testing::marlin::emulate;
 use fp8_linear::cuda::testing::marlin::repack::{self, MarlinWeights};
 use fp8_linear::{DType, LayerConfig};
 use fp8_linear_tests::check::{compare_rows, Tolerance};
-use fp8_linear_tests::grouped_model::masked_segments;
+use fp8_linear_tests::grouped_model::{assert_uncovered_untouched, masked_segments};
 use fp8_linear_tests::host_model::{
     encode_input, le, model_outputs, run_picked, section, HostModel,
 };
@@ -225,7 +225,6 @@ fn run_call(model: &HostModel, _: &(), c: &Call, tag: &str) {
     );
     let outs = model_outputs(model, &input, tag, &what, LAUNCHES, (m, n), c.dt, true);
     let out = &outs[0];
-    let mut covered = vec![false; m];
     for &(x, r0, len) in segs.iter().filter(|s| s.2 > 0) {
         let mut want = emulate(&experts[x], &exact[r0 * k..(r0 + len) * k], len);
         for (i, v) in want.iter_mut().enumerate() {
@@ -242,14 +241,8 @@ fn run_call(model: &HostModel, _: &(), c: &Call, tag: &str) {
         let seg = format!("{what}: segment ({x}, {r0}, {len})");
         eprintln!("host model {seg}: {}", cmp.summary());
         cmp.assert_ok(&seg);
-        covered[r0..r0 + len].iter_mut().for_each(|v| *v = true);
     }
-    for (r, _) in covered.iter().enumerate().filter(|(_, c)| !**c) {
-        assert!(
-            out[r * n..(r + 1) * n].iter().all(|v| v.is_nan()),
-            "{what}: row {r}, which no item covers, was written"
-        );
-    }
+    assert_uncovered_untouched(out, (m, n), &segs, &what);
 }
 
 /// Runs the calls `pick` picks under `sanitizers`.
