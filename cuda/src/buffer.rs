@@ -96,14 +96,21 @@ impl<T: Element> DeviceBuffer<T> {
 
     /// Overwrites the start of the buffer with `data`.
     pub fn upload(&mut self, data: &[T]) -> Result<(), CudaError> {
-        if data.len() > self.slice.len() {
+        self.upload_at(0, data)
+    }
+
+    /// Overwrites elements `offset..offset + data.len()` of the buffer with `data` (say one
+    /// expert's part of a stack, uploaded as it is made).
+    pub fn upload_at(&mut self, offset: usize, data: &[T]) -> Result<(), CudaError> {
+        let end = offset.checked_add(data.len());
+        if end.is_none_or(|end| end > self.slice.len()) {
             return Err(CudaError::InvalidArgument(format!(
-                "upload of {} elements into a buffer of {}",
+                "upload of {} elements at {offset} into a buffer of {}",
                 data.len(),
                 self.slice.len()
             )));
         }
-        let mut view = self.slice.slice_mut(..data.len());
+        let mut view = self.slice.slice_mut(offset..offset + data.len());
         self.gpu
             .stream()
             .memcpy_htod(data, &mut view)

@@ -133,9 +133,13 @@ fn run_call(model: &HostModel, _: &(), c: &Call, tag: &str) {
             repack::prepare(&cfg, &codes, &ws).unwrap()
         })
         .collect();
+    // The stack as the kernel's device copy lays it out: expert e's stages, group scales and
+    // channel scales after those of experts 0..e-1.
     let mut stack = experts[0].clone();
     for x in &experts[1..] {
-        stack.extend(x);
+        stack.weight.extend_from_slice(&x.weight);
+        stack.group_scales.extend_from_slice(&x.group_scales);
+        stack.channel.extend_from_slice(&x.channel);
     }
     let (xbytes, exact) = encode_input(&random_activations(m, k), c.dt);
     let bias: Vec<f32> = (0..e * n).map(|j| (j % 7) as f32 * 0.25 - 0.75).collect();

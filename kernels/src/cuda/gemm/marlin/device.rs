@@ -65,16 +65,40 @@ pub(crate) struct DeviceMarlin {
 pub(crate) type KernelNames = [[&'static str; 4]; 2];
 
 impl DeviceMarlin {
-    /// Uploads `mw` (one layer's, or experts' stacked by [`MarlinWeights::extend`]) and
-    /// `bias` to `gpu`, and loads the kernels `names` of `module` (for `target`, or the
-    /// device's capability) with the largest ring a plan can ask for.
+    /// Uploads `parts` repacked layers of one shape one after another (one layer's weight, or
+    /// E experts' stacked: part e's stages, group scales and channel scales after those of
+    /// parts 0..e-1), each made by `part(e)` and uploaded into its place before the next is
+    /// made, so the host never holds more than one; then `bias` (all parts'); and loads the
+    /// kernels `names` of `module` (for `target`, or the device's capability) with the
+    /// largest ring a plan can ask for.
     pub fn upload(
         kernel: &'static str,
         gpu: &Arc<Gpu>,
         (module, names, target): (&ModuleSpec, &KernelNames, Option<Capability>),
-        mw: &MarlinWeights,
+        (parts, mut part): (
+            usize,
+            impl FnMut(usize) -> Result<MarlinWeights, KernelError>,
+        ),
         bias: Option<&[f32]>,
     ) -> Result<Self, KernelError> {
+        let mw = part(0)?;
+        let (w, s) = (mw.weight.len(), mw.group_scales.len() * 2);
+        let alloc = |len| DeviceBuffer::<u8>::zeros(gpu, len).map_err(be(kernel));
+        let (mut weight, mut scales) = (alloc(parts * w)?, alloc(parts * s)?);
+        let mut channel =
+            DeviceBuffer::<f32>::zeros(gpu, parts * mw.channel.len()).map_err(be(kernel))?;
+        for e in 0..parts {
+            let next = if e == 0 { None } else { Some(part(e)?) };
+            let p = next.as_ref().unwrap_or(&mw);
+            if (p.weight.len(), p.channel.len()) != (w, mw.channel.len()) {
+                return Err(KernelError::backend(kernel, "the parts differ in shape"));
+            }
+            weight.upload_at(e * w, &p.weight).map_err(be(kernel))?;
+            let sb = p.group_scale_bytes();
+            scales.upload_at(e * s, &sb).map_err(be(kernel))?;
+            let c = &p.channel;
+            channel.upload_at(e * c.len(), c).map_err(be(kernel))?;
+        }
         let bias = bias
             .map(|b| DeviceBuffer::from_host(gpu, b))
             .transpose()
@@ -87,9 +111,9 @@ impl DeviceMarlin {
             |name: &str| function_with_shared_memory(&module, name, dynamic).map_err(be(kernel));
         let [f1, f2, f4, f8] = names[usize::from(mw.bf16)];
         Ok(DeviceMarlin {
-            weight: DeviceBuffer::from_host(gpu, &mw.weight).map_err(be(kernel))?,
-            scales: DeviceBuffer::from_host(gpu, &mw.group_scale_bytes()).map_err(be(kernel))?,
-            channel: DeviceBuffer::from_host(gpu, &mw.channel).map_err(be(kernel))?,
+            weight,
+            scales,
+            channel,
             bias,
             funcs: [load(f1)?, load(f2)?, load(f4)?, load(f8)?],
             _module: module,

@@ -22,7 +22,7 @@ use fp8_linear_cuda::Gpu;
 
 use super::device::{DeviceMarlin, KernelNames};
 use super::plan::{self, GroupedPlan, GroupedWork, MarlinPipeline};
-use super::repack::{self, MarlinWeights};
+use super::repack;
 use super::{host_codes, MarlinFp8};
 use crate::cuda::skeleton::device_io::gpu_of;
 use crate::cuda::skeleton::error::{be, be_at, compile_target};
@@ -140,27 +140,27 @@ impl Fp8GroupedKernel for MarlinGroupedFp8 {
         self.state = None;
         let (gpu, c) = (&self.gpu, &self.config);
         weights.check(c)?;
-        let mut stack: Option<MarlinWeights> = None;
+        // Every expert's weights checked (and its bias taken) before any is repacked.
         let mut bias = Vec::new();
         for e in 0..weights.experts {
             let w = weights.expert(e)?;
             check_layer_weights(c, &w)?;
-            let codes = host_codes(&w.weight, c.n, c.k, gpu)?;
-            let scales = small_to_host(NAME, "weight_scale", &w.weight_scale, gpu)?;
-            let mw = repack::prepare(c, &codes, &scales)?;
-            match &mut stack {
-                Some(s) => s.extend(&mw),
-                None => stack = Some(mw),
-            }
             if let (Some(b), true) = (&w.bias, c.bias) {
                 bias.extend(small_to_host(NAME, "bias", b, gpu)?);
             }
         }
-        let stack = stack.ok_or_else(|| KernelError::shape("experts", "at least 1 expert", 0))?;
         // A layer without a bias (or not declaring one) runs without one, as the dense one.
         let bias = (!bias.is_empty()).then_some(bias);
+        // Each expert repacked as a dense layer, uploaded into its place in the stack.
+        let expert = |e: usize| {
+            let w = weights.expert(e)?;
+            let codes = host_codes(&w.weight, c.n, c.k, gpu)?;
+            let scales = small_to_host(NAME, "weight_scale", &w.weight_scale, gpu)?;
+            repack::prepare(c, &codes, &scales)
+        };
         let module = (&sources::marlin_grouped_module(), &KERNELS, self.target);
-        let dev = DeviceMarlin::upload(NAME, gpu, module, &stack, bias.as_deref())?;
+        let parts = (weights.experts, expert);
+        let dev = DeviceMarlin::upload(NAME, gpu, module, parts, bias.as_deref())?;
         // Graphs captured before a scratch buffer grows keep addressing the old one.
         let (mut work, mut counters) = (Scratch::default(), Scratch::default());
         work.keep_retired();

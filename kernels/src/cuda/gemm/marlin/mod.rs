@@ -51,7 +51,7 @@ use crate::cuda::skeleton::weights::small_to_host;
 use crate::cuda::sources;
 use device::{DeviceMarlin, KernelNames};
 use plan::{LaunchPlan, MarlinPipeline};
-use repack::{k_group, MarlinWeights, K_ALIGN, STRIPE};
+use repack::{k_group, K_ALIGN, STRIPE};
 
 const NAME: &str = MarlinFp8::NAME;
 
@@ -225,14 +225,14 @@ impl Fp8Kernel for MarlinFp8 {
         let gpu = &self.layer.gpu;
         let codes = host_codes(&w, c.n, c.k, gpu)?;
         let scales = small_to_host(NAME, "weight_scale", &ws, gpu)?;
-        let mw: MarlinWeights = repack::prepare(&c, &codes, &scales)?;
+        let mw = |_| repack::prepare(&c, &codes, &scales);
         let bias = match (&weights.bias, c.bias) {
             (Some(b), true) => Some(small_to_host(NAME, "bias", b, gpu)?),
             _ => None,
         };
         let module = (&sources::marlin_module(), &KERNELS, self.target);
         let state = State {
-            dev: DeviceMarlin::upload(NAME, gpu, module, &mw, bias.as_deref())?,
+            dev: DeviceMarlin::upload(NAME, gpu, module, (1, mw), bias.as_deref())?,
             work: Scratch::default(),
             counters: Scratch::default(),
         };

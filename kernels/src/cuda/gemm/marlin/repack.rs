@@ -155,19 +155,6 @@ impl MarlinWeights {
         self.k_pad / STEP
     }
 
-    /// Appends the next expert's repacked weight (of the same layer shape): its stages,
-    /// group scales and channel scales after this one's, so expert e's start at e times one
-    /// expert's (what the grouped kernel reads).
-    pub fn extend(&mut self, next: &MarlinWeights) {
-        debug_assert_eq!(
-            (self.n_pad, self.k_pad, self.groups),
-            (next.n_pad, next.k_pad, next.groups)
-        );
-        self.weight.extend_from_slice(&next.weight);
-        self.group_scales.extend_from_slice(&next.group_scales);
-        self.channel.extend_from_slice(&next.channel);
-    }
-
     /// The group scales as little-endian bytes (for upload).
     pub fn group_scale_bytes(&self) -> Vec<u8> {
         self.group_scales
