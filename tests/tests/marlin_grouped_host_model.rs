@@ -145,21 +145,17 @@ fn run_call(model: &HostModel, _: &(), c: &Call, tag: &str) {
     let bias: Vec<f32> = (0..e * n).map(|j| (j % 7) as f32 * 0.25 - 0.75).collect();
     let rw: Vec<f32> = (0..m).map(|r| 0.25 + (r % 5) as f32 * 0.375).collect();
     let m_max = c.counts.map_or(0, |_| m / e);
-    let (segs, work) = match c.counts {
-        Some(counts) => (
-            masked_segments(counts, m_max),
-            GroupedWork::Masked {
-                experts: e,
-                m_max,
-                expected: c.expected,
-            },
-        ),
-        None => (c.segs.to_vec(), GroupedWork::Routed(&[])),
-    };
+    let segs = c
+        .counts
+        .map_or_else(|| c.segs.to_vec(), |counts| masked_segments(counts, m_max));
     let rows: Vec<usize> = segs.iter().map(|s| s.2).filter(|&r| r > 0).collect();
-    let work = match work {
-        GroupedWork::Routed(_) => GroupedWork::Routed(&rows),
-        masked => masked,
+    let work = match c.counts {
+        Some(_) => GroupedWork::Masked {
+            experts: e,
+            m_max,
+            expected: c.expected,
+        },
+        None => GroupedWork::Routed(&rows),
     };
     let tuning = MarlinPipeline::default().with_min_range_stages(0);
     let ksteps = stack.ksteps();

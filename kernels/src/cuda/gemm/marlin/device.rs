@@ -81,23 +81,25 @@ impl DeviceMarlin {
         ),
         bias: Option<&[f32]>,
     ) -> Result<Self, KernelError> {
+        // Part 0 gives the shape every part has (and the fields kept below).
         let mw = part(0)?;
-        let (w, s) = (mw.weight.len(), mw.group_scales.len() * 2);
+        let (w, s, c) = (mw.weight.len(), mw.group_scales.len() * 2, mw.channel.len());
         let alloc = |len| DeviceBuffer::<u8>::zeros(gpu, len).map_err(be(kernel));
         let (mut weight, mut scales) = (alloc(parts * w)?, alloc(parts * s)?);
-        let mut channel =
-            DeviceBuffer::<f32>::zeros(gpu, parts * mw.channel.len()).map_err(be(kernel))?;
-        for e in 0..parts {
-            let next = if e == 0 { None } else { Some(part(e)?) };
-            let p = next.as_ref().unwrap_or(&mw);
-            if (p.weight.len(), p.channel.len()) != (w, mw.channel.len()) {
+        let mut channel = DeviceBuffer::<f32>::zeros(gpu, parts * c).map_err(be(kernel))?;
+        let mut put = |e: usize, p: &MarlinWeights| -> Result<(), KernelError> {
+            if (p.weight.len(), p.channel.len()) != (w, c) {
                 return Err(KernelError::backend(kernel, "the parts differ in shape"));
             }
             weight.upload_at(e * w, &p.weight).map_err(be(kernel))?;
-            let sb = p.group_scale_bytes();
-            scales.upload_at(e * s, &sb).map_err(be(kernel))?;
-            let c = &p.channel;
-            channel.upload_at(e * c.len(), c).map_err(be(kernel))?;
+            scales
+                .upload_at(e * s, &p.group_scale_bytes())
+                .map_err(be(kernel))?;
+            channel.upload_at(e * c, &p.channel).map_err(be(kernel))
+        };
+        put(0, &mw)?;
+        for e in 1..parts {
+            put(e, &part(e)?)?;
         }
         let bias = bias
             .map(|b| DeviceBuffer::from_host(gpu, b))
