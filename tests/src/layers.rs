@@ -68,7 +68,19 @@ fn spread_scales(count: usize, spread: i32) -> Vec<f32> {
 /// A random 128x128 block-quantized weight `[n, k]`: FP8 codes uniform over every finite
 /// code and block scales `[ceil(n/128), ceil(k/128)]` spread over `spread` binades.
 pub fn random_block_weight(n: usize, k: usize, spread: i32) -> (Vec<u8>, Vec<f32>) {
-    let (nb, kb) = (n.div_ceil(128), k.div_ceil(128));
+    random_weight_blocks(n, k, (128, 128), spread)
+}
+
+/// A random block-quantized weight `[n, k]` of `rows` x `cols` blocks: FP8 codes uniform over
+/// every finite code and block scales `[ceil(n/rows), ceil(k/cols)]` spread over `spread`
+/// binades.
+pub fn random_weight_blocks(
+    n: usize,
+    k: usize,
+    (rows, cols): (usize, usize),
+    spread: i32,
+) -> (Vec<u8>, Vec<f32>) {
+    let (nb, kb) = (n.div_ceil(rows), k.div_ceil(cols));
     (random_codes(n * k), spread_scales(nb * kb, spread))
 }
 

@@ -12,10 +12,10 @@ use fp8_linear::cuda::marlin::plan::{x_copy_bytes, LaunchPlan, MarlinPipeline};
 use fp8_linear::cuda::sources::marlin_module;
 use fp8_linear::cuda::testing::marlin::emulate;
 use fp8_linear::cuda::testing::marlin::repack;
-use fp8_linear::{DType, LayerConfig};
+use fp8_linear::{DType, LayerConfig, ScaleDtype};
 use fp8_linear_tests::check::{compare, Tolerance};
 use fp8_linear_tests::host_model::{le, section, HostModel};
-use fp8_linear_tests::layers::{random_activations, random_block_weight};
+use fp8_linear_tests::layers::{random_activations, random_weight_blocks};
 use half::{bf16, f16};
 
 const DRIVER: &str = include_str!("../host_model/marlin_main.cpp");
@@ -24,6 +24,8 @@ const DRIVER: &str = include_str!("../host_model/marlin_main.cpp");
 struct Case {
     n: usize,
     k: usize,
+    /// Weight blocks (rows along N, columns along K).
+    blocks: (u32, u32),
     dt: DType,
     m: usize,
     /// SMs of the GPU the plan is made for.
@@ -39,8 +41,9 @@ struct Case {
 const LAUNCHES: usize = 3;
 
 fn run_case(model: &HostModel, c: &Case, tag: &str) {
-    let cfg = LayerConfig::block_128(c.n, c.k, c.dt, c.dt);
-    let (codes, ws) = random_block_weight(c.n, c.k, 6);
+    let cfg = LayerConfig::block(c.n, c.k, c.blocks, ScaleDtype::F32, c.dt, c.dt);
+    let (rows, cols) = (c.blocks.0 as usize, c.blocks.1 as usize);
+    let (codes, ws) = random_weight_blocks(c.n, c.k, (rows, cols), 6);
     let mw = repack::prepare(&cfg, &codes, &ws).unwrap();
     let bf = c.dt == DType::Bf16;
     let x = random_activations(c.m, c.k);
@@ -132,12 +135,14 @@ fn run_case(model: &HostModel, c: &Case, tag: &str) {
 }
 
 /// The launch plans the host model runs: every M tile, cut and whole stripes, 2-5 stage
-/// rings, ragged N and K, every activation copy width, f16 and bf16, bias.
+/// rings, ragged N and K, every activation copy width, f16 and bf16, bias, 128x128 and
+/// 16-row weight blocks.
 fn cases() -> Vec<Case> {
     let h200 = (132, 232_448);
     let base = Case {
         n: 128,
         k: 512,
+        blocks: (128, 128),
         dt: DType::Bf16,
         m: 1,
         sms: 3,
@@ -221,6 +226,27 @@ fn cases() -> Vec<Case> {
             bias: true,
             ..base
         },
+        // 16-row weight blocks (every 16-channel tile its own group scales), 48 rows of the
+        // 64-row tile, f16, bias.
+        Case {
+            n: 256,
+            k: 1000,
+            blocks: (16, 64),
+            dt: DType::F16,
+            m: 48,
+            sms: 4,
+            bias: true,
+            ..base
+        },
+        // 16-row weight blocks, the 32-row tile with 20 rows, ragged N.
+        Case {
+            n: 200,
+            k: 512,
+            blocks: (16, 128),
+            m: 20,
+            sms: 4,
+            ..base
+        },
     ]
 }
 
@@ -242,7 +268,7 @@ fn the_marlin_kernel_source_runs_on_the_host_model() {
     run_on_host_model(
         "address,undefined",
         "marlin-asan",
-        &[0, 1, 2, 3, 4, 5, 6, 7],
+        &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
     );
 }
 
