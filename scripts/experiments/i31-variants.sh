@@ -7,6 +7,13 @@
 # AB: m64n8k32 / m64n16k32, the activation codes in wgmma's swizzled B layout); prediction in
 # docs/perf-log.md ("Issue 31, CPU side"). Its host model (tests/tests/decode_host_model.rs,
 # wgmma emulated by the PTX fragment layouts) passes on the CPU; on the GPU it is untried.
+# Added on 2026-12-05 (same patch): the decode kernel launched overlapped with the kernel
+# before it on the stream (programmatic dependent launch, KernelOptions::overlap, default
+# on): its first weight loads before griddepcontrol.wait, launch_dependents once its weight
+# is streamed; gpu_decode's overlapped_layers_in_a_chain_match_ordinary_launches checks a
+# two-layer chain against ordinary launches, eager and in a graph; the decode bench's
+# FP8_DECODE_CHAIN=1 mode times a decode step of 8 layers per shape (graph and eager; Decode
+# overlapped, Decode plain, cuBLASLt block) against the read-once floor.
 # This script writes, after `git apply` of the patch, the comparison variant that the decode
 # bench times from the same bundle:
 #   .exp/decode-mma  the patched sources with main's mma.sync decode_gemm.cu (the baseline)
@@ -16,8 +23,12 @@
 #     OUT=$OUT FP8_RUN_BUDGET=500 gpu-bundle/run.sh --only=gpu_decode,gpu_graph --memcheck \
 #       --racecheck=gpu_decode:every_m --synccheck=gpu_decode:every_m
 #   GPU call 2 (carry gpu-bundle and .exp): the decode bench, new and baseline in one call,
+#   then the decode step (the baseline source has no griddepcontrol.wait: never launch it
+#   overlapped),
 #     U=gpu-bundle/unpacked; $U/benches/decode > $OUT/decode-wgmma.log;
-#     FP8_LINEAR_CU_DIR=$PWD/.exp/decode-mma $U/benches/decode > $OUT/decode-mma.log
+#     FP8_LINEAR_OVERLAP=0 FP8_LINEAR_CU_DIR=$PWD/.exp/decode-mma $U/benches/decode \
+#       > $OUT/decode-mma.log;
+#     FP8_DECODE_CHAIN=1 $U/benches/decode > $OUT/decode-chain.log
 # If the first call's results are wrong everywhere, suspect first what the host model takes
 # as given: wgmma's register fragment of an 8-bit A (per warp, lane 4g + q holds row g,
 # columns 4q.. (a[0]) and 16 + 4q.. (a[2]), row g + 8 in a[1], a[3]; CUTLASS's ALayout_64x32
