@@ -7,7 +7,10 @@
 #     the 144-column ones), the warpgroups take turns at the tensor cores (named barriers),
 #     so one's wait and promotion run under the others' MMAs;
 #   - 256-row tiles 96 and 112 columns wide (the planner takes them at M = 512 where
-#     128-column tiles leave a wave short, as DeepGEMM does).
+#     128-column tiles leave a wave short, as DeepGEMM does);
+#   - (added 2026-12-05, "Issue 30, session 5") K splits summed inside the GEMM launch: the
+#     split that arrives last at a tile's counter sums the partials, no hopper_finalize
+#     kernel (in every variant below: the host code no longer launches one).
 # The Hopper host model (tests/tests/hopper_host_model.rs, with the patch's cases for the new
 # tiles) passes on the patched source and on the `nopipe2` variant below, under ASan/UBSan
 # and TSan: the turns neither deadlock nor change a result.
