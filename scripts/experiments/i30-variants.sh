@@ -31,7 +31,9 @@
 #   GPU call 2 (the winner compiled in, or FP8_LINEAR_CU_DIR=.exp/WINNER exported):
 #     scripts/hopper-exp.sh test:gpu_hopper memcheck:gpu_hopper:tall_tiles \
 #       racecheck:gpu_hopper:tall_tiles synccheck:gpu_hopper:tall_tiles \
-#       memcheck:gpu_hopper:widths_for_the_sanitizers
+#       memcheck:gpu_hopper:widths_for_the_sanitizers \
+#       racecheck:gpu_hopper:widths_for_the_sanitizers synccheck:gpu_hopper:widths_for_the_sanitizers
+#   (the last two: the split tiles' counter, barrier.red and in-launch sum)
 # hopper-exp.sh returns steps.txt, report.txt (every summary) and logs.tar.xz (every log).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
