@@ -137,6 +137,21 @@ impl DeviceMarlin {
         self.k_pad / STEP
     }
 
+    /// The error of `kernel` when the device's shared memory per block holds fewer than two
+    /// stages (beside `also`, what else a block keeps there, when given).
+    pub fn too_few_stages(&self, kernel: &'static str, also: Option<String>) -> KernelError {
+        let beside = also.map_or(String::new(), |a| format!(" beside {a}"));
+        KernelError::backend(
+            kernel,
+            format!(
+                "the device's {} B of shared memory per block hold fewer than two stages ({} B \
+                 each){beside}",
+                self.smem_optin,
+                plan::stage_bytes(1)
+            ),
+        )
+    }
+
     /// The arguments of a launch of `m` rows of layer `c`: activations at `x`, output at
     /// `out` (contiguous `[m, k]` and `[m, n]`), the split-K `work`space and `counters` (0
     /// when unused), `stripes` (the dense kernel's; one expert's for the grouped one) in a

@@ -269,17 +269,12 @@ impl State {
             tuning,
         )
         .ok_or_else(|| {
-            KernelError::backend(
-                NAME,
-                format!(
-                    "the device's {} B of shared memory per block hold fewer than two stages \
-                     ({} B each) beside the {} B table of the counts of {} experts",
-                    dev.smem_optin,
-                    plan::stage_bytes(1),
-                    work.table_bytes(),
-                    self.experts
-                ),
-            )
+            let table = format!(
+                "the {} B table of the counts of {} experts",
+                work.table_bytes(),
+                self.experts
+            );
+            dev.too_few_stages(NAME, Some(table))
         })?;
         let stages = p.max_items as u128 * p.stripes as u128 * (dev.ksteps() / 4) as u128;
         if stages >= 1 << 31 {

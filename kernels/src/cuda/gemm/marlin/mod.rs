@@ -266,17 +266,7 @@ impl Recipe for State {
             dev.smem_optin,
             tuning,
         )
-        .ok_or_else(|| {
-            KernelError::backend(
-                NAME,
-                format!(
-                    "the device's {} B of shared memory per block hold fewer than two stages \
-                     ({} B each)",
-                    dev.smem_optin,
-                    plan::stage_bytes(1)
-                ),
-            )
-        })
+        .ok_or_else(|| dev.too_few_stages(NAME, None))
     }
 
     /// The split-K workspace and arrival counters when ranges cut stripes.
