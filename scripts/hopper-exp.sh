@@ -17,12 +17,19 @@
 #   ncu:NAME                Nsight Compute (--clock-control none) of every 256x128 tile launch
 #                           at M = 4096 on the quick shapes: time, DRAM and L2 bytes, store
 #                           requests, medians per bench instance (default, -q, -s1, -256)
+#   points:NAME:M[,M...]    Nsight Compute (--clock-control none) of every GEMM launch of the
+#                           Hopper bench (ours, the split finalize and cuBLASLt's) at these M
+#                           on the quick shapes: time, grid, SM busy, tensor pipe, DRAM, L2;
+#                           the summary has one line per run of launches of one kernel and grid
 #   test:BIN[:FILTER]       a bundled test binary (FP8_REQUIRE_CUDA=1)
 #   memcheck:BIN[:FILTER]   the same under compute-sanitizer memcheck (racecheck:, synccheck:)
 # HOPPER_EXP_BUDGET=S: start no step after S seconds (the rest are listed as not run).
+# HOPPER_EXP_END=S: stop the step still running at S seconds (its log kept), so that the
+# report is packed inside a device call's limit.
 set -u
 START=$(date +%s)
 BUDGET=${HOPPER_EXP_BUDGET:-0}
+END=${HOPPER_EXP_END:-0}
 ROOT=$(pwd)
 OUTD=${OUT:-$ROOT/exp-out}
 mkdir -p "$OUTD"
@@ -40,6 +47,11 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu -
 step() { # label timeout command...
     local label=$1 limit=$2
     shift 2
+    # HOPPER_EXP_END: no step runs past it (a killed step still leaves its log for the report)
+    if [ "$END" -gt 0 ]; then
+        local left=$((END - ($(date +%s) - START)))
+        [ "$left" -lt "$limit" ] && limit=$((left > 1 ? left : 1))
+    fi
     local t0=$(date +%s)
     timeout "$limit" "$@" >"$OUTD/$label.log" 2>&1
     local rc=$?
@@ -58,7 +70,10 @@ for s in "$@"; do
         name=${rest%%:*}
         envs=""
         [ "$rest" != "$name" ] && envs=${rest#*:}
-        step "bench-$name" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" HOPPER_BENCH_SHARED_OUT=1 \
+        # the label names the settings too, so that two benches of one variant keep two logs
+        label="bench-$name"
+        [ -n "$envs" ] && label="$label-$(echo "$envs" | tr -c 'A-Za-z0-9\n' '_' | tr -d '\n')"
+        step "$label" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" HOPPER_BENCH_SHARED_OUT=1 \
             ${envs//,/ } "$U/benches/hopper"
         ;;
     stamps)
@@ -91,6 +106,39 @@ for i in range(0, len(rows), 28):
         except ValueError:
             return float("nan")
     print(f"shape {shape} {g:<11}", " ".join(f"{c}={med(c):.4g}" for c in cols))
+PY
+        ;;
+    points)
+        name=${rest%%:*}
+        ms=${rest#*:}
+        # the tensor pipe's counter is named per chip: take the one this ncu knows
+        tensor=$(ncu --query-metrics 2>/dev/null | grep -oE '^sm__pipe_tensor_op_gmma_cycles_active|^sm__pipe_tensor_cycles_active' | head -1)
+        metrics=gpu__time_duration.sum,launch__grid_size,sm__cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum${tensor:+,$tensor.avg.pct_of_peak_sustained_elapsed}
+        step "points-$name" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" FP8_BENCH_QUICK=1 \
+            HOPPER_BENCH_M="$ms" ncu --clock-control none --csv --page raw \
+            -k regex:'gemm|finalize|Kernel' --metrics "$metrics" "$U/benches/hopper"
+        python3 - "$OUTD/points-$name.log" "$metrics" >"$OUTD/points-$name.summary" 2>&1 <<'PY'
+import csv, statistics, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+rows = list(csv.DictReader(lines))
+cols = [c for c in sys.argv[2].split(",") if rows and c in rows[0] and c != "launch__grid_size"]
+short = {c: c.split("__")[1].split(".")[0][:18] for c in cols}
+# consecutive launches of one kernel with one grid are one bench point (warm-up included)
+runs = []
+for r in rows:
+    key = (r.get("Kernel Name", "?"), r.get("launch__grid_size", "?"))
+    if runs and runs[-1][0] == key:
+        runs[-1][1].append(r)
+    else:
+        runs.append((key, [r]))
+def med(chunk, c):
+    try:
+        return statistics.median(float(r[c].replace(",", "")) for r in chunk)
+    except (ValueError, KeyError):
+        return float("nan")
+print("launches kernel grid", " ".join(short[c] for c in cols))
+for (name, grid), chunk in runs:
+    print(f"{len(chunk):3d} {name[:48]:<48} {grid:>5}", " ".join(f"{med(chunk, c):.4g}" for c in cols))
 PY
         ;;
     test)

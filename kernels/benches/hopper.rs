@@ -1,5 +1,5 @@
 //! The Hopper wgmma block-FP8 kernel against cuBLASLt block-scaled, side by side in one run:
-//! M in {1, 16, 64, 128, 512, 4096} x (N, K) of
+//! M in {1, 16, 64, 128, 256, 512, 4096} x (N, K) of
 //! DeepSeek-V3-style layers, bf16 in and out, CUDA-event timing of `apply` (activation
 //! quantization included), median of the samples. Before every timed call a kernel reads a
 //! 256 MiB buffer: it evicts L2 without leaving dirty lines, and keeps the GPU busy while
@@ -39,7 +39,7 @@ use fp8_linear::{
 use half::bf16;
 use rand::Rng;
 
-const MS: [usize; 6] = [1, 16, 64, 128, 512, 4096];
+const MS: [usize; 7] = [1, 16, 64, 128, 256, 512, 4096];
 const SHAPES: [(usize, usize); 6] = common::DEEPSEEK_SHAPES;
 /// (label, kernel, the build options' `max_splits`, `tile_rows` and `cluster`)
 type Bench = (

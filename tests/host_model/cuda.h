@@ -217,7 +217,10 @@ inline void host_cp_land_all() {
 }
 
 // Runs `kernel` (a callable run by every thread) over a grid of `threads`-thread blocks, the
-// blocks in grid order (order 0), reversed (1) or shuffled (2 and up).
+// blocks in grid order (order 0), reversed (1) or shuffled (2 and up). One block at a time:
+// the orders find a result that depends on which block runs first, but no race between
+// blocks (a block's global stores are all done before the next starts), so cross-block
+// ordering (fences, counters) is left to the GPU and compute-sanitizer.
 template <typename F>
 void run_grid(Dim3 grid, unsigned threads, int order, F kernel) {
     gridDim = grid;
