@@ -20,7 +20,7 @@
 #   points:NAME:M[,M...]    Nsight Compute (--clock-control none) of every GEMM launch of the
 #                           Hopper bench (ours, the split finalize and cuBLASLt's) at these M
 #                           on the quick shapes: time, grid, SM busy, tensor pipe, DRAM, L2;
-#                           the summary has one line per run of launches of one kernel and grid
+#                           medians per bench instance and kernel (scripts/ncu_summary.py)
 #   test:BIN[:FILTER]       a bundled test binary (FP8_REQUIRE_CUDA=1)
 #   memcheck:BIN[:FILTER]   the same under compute-sanitizer memcheck (racecheck:, synccheck:)
 # HOPPER_EXP_BUDGET=S: start no step after S seconds (the rest are listed as not run).
@@ -58,6 +58,12 @@ step() { # label timeout command...
     printf '%-28s rc=%-4s %5ss\n' "$label" "$rc" "$(($(date +%s) - t0))" | tee -a "$TABLE"
 }
 
+ncu_step() { # label variant M[,M...] kernel-regex metrics [instance labels]
+    step "$1" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$2" FP8_BENCH_QUICK=1 HOPPER_BENCH_M="$3" \
+        ncu --clock-control none --csv --page raw -k regex:"$4" --metrics "$5" "$U/benches/hopper"
+    python3 scripts/ncu_summary.py "$OUTD/$1.log" "$5" "${6:-}" >"$OUTD/$1.summary" 2>&1
+}
+
 for s in "$@"; do
     if [ "$BUDGET" -gt 0 ] && [ $(($(date +%s) - START)) -ge "$BUDGET" ]; then
         echo "$s: not run (HOPPER_EXP_BUDGET=${BUDGET}s spent)" | tee -a "$TABLE"
@@ -72,7 +78,7 @@ for s in "$@"; do
         [ "$rest" != "$name" ] && envs=${rest#*:}
         # the label names the settings too, so that two benches of one variant keep two logs
         label="bench-$name"
-        [ -n "$envs" ] && label="$label-$(echo "$envs" | tr -c 'A-Za-z0-9\n' '_' | tr -d '\n')"
+        [ -n "$envs" ] && label="$label-${envs//[^A-Za-z0-9]/_}"
         step "$label" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" HOPPER_BENCH_SHARED_OUT=1 \
             ${envs//,/ } "$U/benches/hopper"
         ;;
@@ -83,30 +89,8 @@ for s in "$@"; do
         ;;
     ncu)
         metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,lts__t_sector_hit_rate.pct,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_write.sum,sm__cycles_elapsed.avg.per_second
-        step "ncu-$rest" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$rest" FP8_BENCH_QUICK=1 \
-            HOPPER_BENCH_M=4096 ncu --clock-control none --csv --page raw \
-            -k regex:'^hopper_gemm_bm256_n128$' --metrics "$metrics" "$U/benches/hopper"
-        python3 - "$OUTD/ncu-$rest.log" "$metrics" >"$OUTD/ncu-$rest.summary" 2>&1 <<'PY'
-import csv, statistics, sys
-lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
-wanted = sys.argv[2].split(",")
-rows = list(csv.DictReader(lines))
-rows = [r for r in rows if r.get("Kernel Name", "").startswith("hopper_gemm")]
-# Per quick shape the bench launches this kernel in: Hopper (apply), Hopper-q
-# (apply_quantized), Hopper-s1, Hopper-256, 28 calls each (3 warm-up + 25).
-groups = ["Hopper", "Hopper-q", "Hopper-s1", "Hopper-256"]
-cols = [c for c in wanted if rows and c in rows[0]]
-for i in range(0, len(rows), 28):
-    chunk = rows[i:i + 28][3:]
-    g = groups[(i // 28) % 4]
-    shape = i // (28 * 4)
-    def med(c):
-        try:
-            return statistics.median(float(r[c].replace(",", "")) for r in chunk)
-        except ValueError:
-            return float("nan")
-    print(f"shape {shape} {g:<11}", " ".join(f"{c}={med(c):.4g}" for c in cols))
-PY
+        ncu_step "ncu-$rest" "$rest" 4096 '^hopper_gemm_bm256_n128$' "$metrics" \
+            Hopper,Hopper-q,Hopper-s1,Hopper-256
         ;;
     points)
         name=${rest%%:*}
@@ -114,32 +98,7 @@ PY
         # the tensor pipe's counter is named per chip: take the one this ncu knows
         tensor=$(ncu --query-metrics 2>/dev/null | grep -oE '^sm__pipe_tensor_op_gmma_cycles_active|^sm__pipe_tensor_cycles_active' | head -1)
         metrics=gpu__time_duration.sum,launch__grid_size,sm__cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum${tensor:+,$tensor.avg.pct_of_peak_sustained_elapsed}
-        step "points-$name" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" FP8_BENCH_QUICK=1 \
-            HOPPER_BENCH_M="$ms" ncu --clock-control none --csv --page raw \
-            -k regex:'gemm|finalize|Kernel' --metrics "$metrics" "$U/benches/hopper"
-        python3 - "$OUTD/points-$name.log" "$metrics" >"$OUTD/points-$name.summary" 2>&1 <<'PY'
-import csv, statistics, sys
-lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
-rows = list(csv.DictReader(lines))
-cols = [c for c in sys.argv[2].split(",") if rows and c in rows[0] and c != "launch__grid_size"]
-short = {c: c.split("__")[1].split(".")[0][:18] for c in cols}
-# consecutive launches of one kernel with one grid are one bench point (warm-up included)
-runs = []
-for r in rows:
-    key = (r.get("Kernel Name", "?"), r.get("launch__grid_size", "?"))
-    if runs and runs[-1][0] == key:
-        runs[-1][1].append(r)
-    else:
-        runs.append((key, [r]))
-def med(chunk, c):
-    try:
-        return statistics.median(float(r[c].replace(",", "")) for r in chunk)
-    except (ValueError, KeyError):
-        return float("nan")
-print("launches kernel grid", " ".join(short[c] for c in cols))
-for (name, grid), chunk in runs:
-    print(f"{len(chunk):3d} {name[:48]:<48} {grid:>5}", " ".join(f"{med(chunk, c):.4g}" for c in cols))
-PY
+        ncu_step "points-$name" "$name" "$ms" 'gemm|finalize|Kernel' "$metrics"
         ;;
     test)
         bin=${rest%%:*}
