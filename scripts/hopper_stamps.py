@@ -30,10 +30,12 @@ of their starts, the first, median and last end (ns from the first start) and th
 per CTA (a late last end against the median: some SMs slower, or more units on them).
 """
 import collections
-import shutil
 import statistics as stt
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stamps_common import cli, copy_stamped  # noqa: E402
 
 # (text of hopper_gemm.cu, its replacement, how many times the text must occur)
 PATCHES = []
@@ -228,24 +230,8 @@ extern "C" __global__ void hopper_stamps_dump() {
 """
 
 
-def patch(s):
-    """The stamped hopper_gemm.cu for the source text `s`."""
-    for old, new, count in PATCHES:
-        n = s.count(old)
-        if n != count:
-            sys.exit(f"hopper_stamps.py: expected {count} of this text in hopper_gemm.cu, found {n}:\n{old}")
-        s = s.replace(old, new)
-    return s + DUMP
-
-
 def make(src, dst):
-    src, dst = Path(src), Path(dst)
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)
-    p = dst / "hopper_gemm.cu"
-    p.write_text(patch(p.read_text()))
-    print(f"stamped sources in {dst}")
+    copy_stamped(src, dst, "hopper_gemm.cu", PATCHES, DUMP)
 
 
 def summary(path):
@@ -293,9 +279,4 @@ def summary(path):
             print(line)
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "make":
-        make(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) == 3 and sys.argv[1] == "summary":
-        summary(sys.argv[2])
-    else:
-        sys.exit(__doc__)
+    cli(make, summary, __doc__)
