@@ -11,6 +11,9 @@
 #   bench   the decode bench (Decode, cuBLASLt block, Hopper, read-once floor)
 #   stamps  the decode bench on the stamped kernel (.exp/decode-stamps), then its summary:
 #           where each CTA's time goes
+#   stamps-chain  the same in the decode-step chain (8 layers back to back, no flush between
+#           them: the kernel's code warm after the first layer; the prologue's cost cold
+#           against warm)
 #   base    the decode bench of main's bundle (.exp/bundle-main: main's decode kernel)
 #   chain   the decode-step chain (FP8_DECODE_CHAIN=1: overlapped launch against plain)
 #   memcheck, race, sync   compute-sanitizer on gpu_decode (race, sync: every_m only)
@@ -43,7 +46,7 @@ step() { # label limit cmd...
     printf '%-14s rc=%-4s %4ss\n' "$label" "$?" "$(($(date +%s) - t0))" | tee -a "$T"
 }
 SAN="compute-sanitizer --error-exitcode 9"
-steps=${*:-test bench stamps base chain memcheck race sync ncu}
+steps=${*:-test bench stamps stamps-chain base chain memcheck race sync ncu}
 for s in $steps; do
     case $s in
     test) step test 120 "$U/tests/gpu_decode" --test-threads=1 ;
@@ -54,6 +57,9 @@ for s in $steps; do
     stamps) step stamps 120 env FP8_LINEAR_CU_DIR="$ROOT/.exp/decode-stamps" FP8_LINEAR_STAMPS=1 "$U/benches/decode"
             python3 scripts/experiments/i31-decode-stamps.py summary "$OUTD/stamps.log" >"$OUTD/stamps.summary" 2>&1
             tail -40 "$OUTD/stamps.summary" ;;
+    stamps-chain) step stamps-chain 120 env FP8_LINEAR_CU_DIR="$ROOT/.exp/decode-stamps" FP8_LINEAR_STAMPS=1 FP8_DECODE_CHAIN=1 "$U/benches/decode"
+            python3 scripts/experiments/i31-decode-stamps.py summary "$OUTD/stamps-chain.log" >"$OUTD/stamps-chain.summary" 2>&1
+            tail -20 "$OUTD/stamps-chain.summary" ;;
     chain) step chain 120 env FP8_DECODE_CHAIN=1 "$U/benches/decode" ;;
     ncu)
         for k in m8 m16; do
