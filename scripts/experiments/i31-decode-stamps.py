@@ -49,7 +49,7 @@ __device__ unsigned dst_launch_no;  // GEMM launches of this module so far (the 
 __device__ int dst_record;          // whether the next GEMM launch records (the dump sets it)
 __device__ int dst_hdr[6];          // launch, M, N, K, grid x, grid y of the recorded launch
 __device__ unsigned dst_ready;      // CTAs recorded
-__device__ long long dst_rec[DST_MAX][10];  // x, y, smid, g0, g1, L, W, Q, S, A, E - 0 = end
+__device__ long long dst_rec[DST_MAX][9];  // smid, start and end ns, then L W Q S A E cycles
 __device__ __forceinline__ long long dst_gtime() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
