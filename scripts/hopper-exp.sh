@@ -44,19 +44,8 @@ TABLE=$OUTD/steps.txt
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader \
     | tee "$OUTD/gpu.txt"
 
-step() { # label timeout command...
-    local label=$1 limit=$2
-    shift 2
-    # HOPPER_EXP_END: no step runs past it (a killed step still leaves its log for the report)
-    if [ "$END" -gt 0 ]; then
-        local left=$((END - ($(date +%s) - START)))
-        [ "$left" -lt "$limit" ] && limit=$((left > 1 ? left : 1))
-    fi
-    local t0=$(date +%s)
-    timeout "$limit" "$@" >"$OUTD/$label.log" 2>&1
-    local rc=$?
-    printf '%-28s rc=%-4s %5ss\n' "$label" "$rc" "$(($(date +%s) - t0))" | tee -a "$TABLE"
-}
+# shellcheck source=scripts/exp-step.sh
+. "$ROOT/scripts/exp-step.sh"
 
 ncu_step() { # label variant M[,M...] kernel-regex metrics [instance labels]
     step "$1" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$2" FP8_BENCH_QUICK=1 HOPPER_BENCH_M="$3" \

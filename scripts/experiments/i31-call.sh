@@ -33,21 +33,17 @@ U=$ROOT/gpu-bundle/unpacked
 # main's bundle, the baseline
 [ -d .exp/bundle-main ] && .exp/bundle-main/run.sh --help >/dev/null 2>&1
 B=$ROOT/.exp/bundle-main/unpacked
-T=$OUTD/steps.table
-: >"$T"
-step() { # label limit cmd...
-    local label=$1 limit=$2 left
-    shift 2
-    left=$((END - ($(date +%s) - START)))
-    [ "$left" -lt 5 ] && { echo "$label: not run" | tee -a "$T"; return; }
-    [ "$left" -lt "$limit" ] && limit=$left
-    local t0=$(date +%s)
-    timeout "$limit" "$@" >"$OUTD/$label.log" 2>&1
-    printf '%-14s rc=%-4s %4ss\n' "$label" "$?" "$(($(date +%s) - t0))" | tee -a "$T"
-}
+TABLE=$OUTD/steps.table
+: >"$TABLE"
+# shellcheck source=scripts/exp-step.sh
+. "$ROOT/scripts/exp-step.sh"
 SAN="compute-sanitizer --error-exitcode 9"
 steps=${*:-test bench stamps stamps-chain base chain memcheck race sync ncu}
 for s in $steps; do
+    if [ $((END - ($(date +%s) - START))) -lt 5 ]; then
+        echo "$s: not run" | tee -a "$TABLE"
+        continue
+    fi
     case $s in
     test) step test 120 "$U/tests/gpu_decode" --test-threads=1 ;
           grep -E "^test |test result" "$OUTD/test.log" | tail -8
@@ -75,4 +71,4 @@ done
 for f in "$OUTD"/*.log; do grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result" "$f" | sed "s|^|$(basename "$f"): |" | tail -3; done
 # a device call returns at most 8 files: the logs go into one archive
 (cd "$OUTD" && tar -cJf logs.tar.xz --remove-files ./*.log ./*.summary ./*.txt 2>/dev/null)
-cat "$T"
+cat "$TABLE"
