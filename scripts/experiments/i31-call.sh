@@ -18,6 +18,8 @@
 #   chain   the decode-step chain (FP8_DECODE_CHAIN=1: overlapped launch against plain)
 #   memcheck, race, sync   compute-sanitizer on gpu_decode (race, sync: every_m only)
 #   ncu     Nsight Compute --set full of one M <= 8 and one M = 16 launch (quick shapes)
+#   bench@V, qbench@V (2 shapes), stamps@V (2 shapes), chain@V (2 shapes), test@V (gpu_decode)
+#           the same on the kernel-source variant .exp/V (scripts/experiments/i31-variants.sh)
 # Every step bounded (I31_END, default 560 s, the call's end); the logs go into
 # logs.tar.xz (a call returns at most 8 files), a table of steps last.
 set -u
@@ -63,6 +65,19 @@ for s in $steps; do
                 -k regex:"decode_gemm_$k" --launch-skip 3 -c 1 -o "$OUTD/ncu-$k" "$U/benches/decode"
             ncu --import "$OUTD/ncu-$k.ncu-rep" --page details >"$OUTD/ncu-$k.txt" 2>&1
         done ;;
+    bench@* | qbench@* | stamps@* | chain@* | test@*)
+        v=${s#*@}
+        vdir=$ROOT/.exp/$v
+        [ -d "$vdir" ] || { echo "$s: no $vdir" | tee -a "$TABLE"; continue; }
+        case $s in
+        bench@*) step "bench-$v" 120 env FP8_LINEAR_CU_DIR="$vdir" "$U/benches/decode" ;;
+        qbench@*) step "qbench-$v" 90 env FP8_LINEAR_CU_DIR="$vdir" FP8_BENCH_QUICK=1 "$U/benches/decode" ;;
+        chain@*) step "chain-$v" 120 env FP8_LINEAR_CU_DIR="$vdir" FP8_BENCH_QUICK=1 FP8_DECODE_CHAIN=1 "$U/benches/decode" ;;
+        test@*) step "test-$v" 120 env FP8_LINEAR_CU_DIR="$vdir" "$U/tests/gpu_decode" --test-threads=1 ;;
+        stamps@*) step "stamps-$v" 90 env FP8_LINEAR_CU_DIR="$vdir" FP8_LINEAR_STAMPS=1 FP8_BENCH_QUICK=1 "$U/benches/decode"
+            python3 scripts/experiments/i31-decode-stamps.py summary "$OUTD/stamps-$v.log" >"$OUTD/stamps-$v.summary" 2>&1
+            tail -12 "$OUTD/stamps-$v.summary" ;;
+        esac ;;
     memcheck) step memcheck 200 $SAN --tool memcheck "$U/tests/gpu_decode" --test-threads=1 ;;
     race) step race 150 $SAN --tool racecheck "$U/tests/gpu_decode" --test-threads=1 every_m ;;
     sync) step sync 150 $SAN --tool synccheck "$U/tests/gpu_decode" --test-threads=1 every_m ;;
