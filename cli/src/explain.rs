@@ -84,8 +84,8 @@ pub fn render_text(
     s
 }
 
-/// `CpuFp8Gemm` for a plan of one kernel; `DecodeBlockFp8 (M = 1), HopperBlockFp8 (M =
-/// 2..=64), CublasLtBlockFp8 (M = 65..)` for several.
+/// `CpuFp8Gemm` for a plan of one kernel; `HopperBlockFp8 (M = 1..=64), CublasLtBlockFp8 (M =
+/// 65..)` for several.
 fn chosen_line(plan: &fp8_linear::Plan) -> String {
     if let [only] = plan.ranges.as_slice() {
         if only.rows == fp8_linear::RowRange::ALL {

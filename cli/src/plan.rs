@@ -179,7 +179,7 @@ pub fn plan_json(p: &LayerPlan) -> Value {
 }
 
 /// `CpuFp8Gemm` for a plan of one kernel for every M, else the plan's ranges
-/// (`M = 1: DecodeBlockFp8; M = 2..=64: HopperBlockFp8; M = 65..: CublasLtBlockFp8`).
+/// (`M = 1..=64: HopperBlockFp8; M = 65..: CublasLtBlockFp8`).
 pub fn plan_text(p: &LayerPlan) -> String {
     match p.ranges.as_slice() {
         [only] if only.rows == fp8_linear::RowRange::ALL => only.entry.name.to_string(),

@@ -63,9 +63,8 @@ fn explain_a100_block_layer_gives_every_candidate_a_verdict() {
     assert!(t.contains("chosen: MarlinFp8"), "{t}");
 }
 
-/// The H200 plan per M (`-m LIST`): the decode kernel at M = 1, our Hopper kernel at
-/// M = 2..=64 (its windowed listing), cuBLASLt block-scaled above; with cuBLASLt disabled,
-/// no M runs it.
+/// The H200 plan per M (`-m LIST`): our Hopper kernel at M = 1..=64 (its windowed
+/// listing), cuBLASLt block-scaled above; with cuBLASLt disabled, no M runs it.
 #[cfg(feature = "cuda")]
 #[test]
 fn explain_h200_prints_a_kernel_per_m_and_disable_acts_on_every_range() {
@@ -74,12 +73,12 @@ fn explain_h200_prints_a_kernel_per_m_and_disable_acts_on_every_range() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let t = text(&o);
     for line in [
-        "M = 1: DecodeBlockFp8",
+        "M = 1: HopperBlockFp8",
         "M = 16: HopperBlockFp8",
         "M = 64: HopperBlockFp8",
         "M = 65: CublasLtBlockFp8",
         "M = 4096: CublasLtBlockFp8",
-        "chosen: DecodeBlockFp8 (M = 1), HopperBlockFp8 (M = 2..=64), CublasLtBlockFp8 (M = 65..)",
+        "chosen: HopperBlockFp8 (M = 1..=64), CublasLtBlockFp8 (M = 65..)",
     ] {
         assert!(t.contains(line), "{line:?} missing:\n{t}");
     }
@@ -93,16 +92,15 @@ fn explain_h200_prints_a_kernel_per_m_and_disable_acts_on_every_range() {
     assert_eq!(
         per_m,
         [
-            (1, "DecodeBlockFp8"),
+            (1, "HopperBlockFp8"),
             (16, "HopperBlockFp8"),
             (64, "HopperBlockFp8"),
             (65, "CublasLtBlockFp8"),
             (4096, "CublasLtBlockFp8")
         ]
     );
-    assert_eq!(v["plan"][0]["last"], 1, "{v:#}");
-    assert_eq!(v["plan"][1]["last"], 64, "{v:#}");
-    assert_eq!(v["plan"][2]["last"], serde_json::Value::Null, "{v:#}");
+    assert_eq!(v["plan"][0]["last"], 64, "{v:#}");
+    assert_eq!(v["plan"][1]["last"], serde_json::Value::Null, "{v:#}");
     let disabled = [&args[..], &["--disable", "CublasLtBlockFp8"]].concat();
     let t = text(&bin(&disabled, &[]));
     assert!(!t.contains("M = 16: CublasLtBlockFp8"), "{t}");

@@ -82,7 +82,7 @@ fn ragged_shards_are_named_with_what_happens() {
         if cfg!(feature = "cuda") {
             let h200 = &r1["kernels"]["h200"];
             assert_eq!(h200["kernel"], "CublasLtBlockFp8", "{r1}");
-            assert_eq!(h200["plan"][0]["kernel"], "DecodeBlockFp8", "{r1}");
+            assert_eq!(h200["plan"][0]["kernel"], "HopperBlockFp8", "{r1}");
         }
         // N = 688 over tp: rank 0 starts on a block (ragged only), rank 1 inside one.
         let g0 = &gate["shards"][0];

@@ -70,7 +70,7 @@ impl Plan {
 }
 
 impl std::fmt::Display for Plan {
-    /// `M = 1: DecodeBlockFp8; M = 2..=64: HopperBlockFp8; M = 65..: CublasLtBlockFp8`.
+    /// `M = 1..=64: HopperBlockFp8; M = 65..: CublasLtBlockFp8`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, r) in self.ranges.iter().enumerate() {
             if i > 0 {

@@ -1,6 +1,7 @@
 //! Decode (M = 1, 4, 8, 16) block-FP8 against the practical floor: `DecodeBlockFp8` (our
 //! one-launch decode kernel, built alone and so run at every M here; in a layer's plan it
-//! serves M = 1), cuBLASLt block-scaled and our Hopper kernel, beside the
+//! serves M = 1 where the Hopper kernel does not take the layer), cuBLASLt block-scaled and
+//! our Hopper kernel (the plan's kernel at M = 1..=64), beside the
 //! read-once kernel (reads the N x K FP8 weight once with 16-byte loads on every SM; the
 //! best of its variants and grid shapes), all timed the same way in one run: CUDA events around one
 //! `apply` (activation quantization included), a 256 MiB read evicting L2 before every
@@ -155,7 +156,7 @@ fn main() {
                 ..KernelOptions::none()
             };
             let ctx = target.build_ctx(&cfg, &options);
-            // Built alone, the decode kernel runs every M up to 16 (in a plan it serves M = 1).
+            // Built alone, the decode kernel runs every M up to 16.
             let mut kernel = match common::loaded(entry.build(&ctx), &weights) {
                 Ok(kr) => kr,
                 Err(e) => {

@@ -10,7 +10,7 @@
 //! "LtBlk-q" and "Hopper-q" time the GEMM alone: `apply_quantized` on activations the
 //! layer's `ActivationQuantizer` made before the timing (the figure to set beside GEMM-only
 //! peers such as DeepGEMM). "Plan" is what a user gets: `Linear::new`'s layer (the built-in
-//! tables' plan: the decode kernel at M = 1, Hopper at M = 2..=64, cuBLASLt above on an H200)
+//! tables' plan: Hopper at M = 1..=64, cuBLASLt above on an H200)
 //! timed through `forward`, with the kernel its plan ran at each M. Also checks the Hopper output against cuBLASLt's on every point
 //! (relative Frobenius difference). Prints "skipped" and exits 0 without an sm_90 GPU; a
 //! compact summary table comes last.

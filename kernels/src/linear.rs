@@ -23,7 +23,7 @@ pub enum LinearError {
 }
 
 /// One FP8 linear layer bound to the kernels planned for a target: a kernel per range of M
-/// (on an H200 the decode kernel at M = 1, cuBLASLt block-scaled above), sharing one
+/// (on an H200 our Hopper kernel at M = 1..=64, cuBLASLt block-scaled above), sharing one
 /// device copy of the weights where they read the same layout.
 ///
 /// On a GPU, the layer's weights live on the target's context and every `forward` enqueues

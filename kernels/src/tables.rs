@@ -37,25 +37,27 @@ pub static GROUPED: Registry = Registry::grouped(&[
     &CPU_GROUPED_WEIGHT_ONLY,
 ]);
 
-// CUDA tables, fastest first, as measured on an H200 (docs/perf-log.md): the decode kernel
-// first for the rows it serves (M = 1, where it beats cuBLASLt block-scaled on every layer
-// measured); our Hopper kernel next for M = 2..=64, where it measured 1.04-1.33x cuBLASLt
-// block-scaled end to end at M = 16 and 64 on all six DeepSeek-V3 shapes; cuBLASLt
-// block-scaled for larger M (our Hopper kernel is 0.8-1.2x of it at M = 128 and 0.5-0.9x
-// above); the Hopper kernel again for what cuBLASLt cannot (f16/f32 output, bias, blocks
-// other than 128x128). The decode and Hopper kernels read cuBLASLt's copy of the weights
-// when it is in the plan, so a layer holds them once. `fp8-linear autotune` records
+// CUDA tables, fastest first, as measured (docs/perf-log.md): our Hopper kernel first for
+// M = 1..=64, where it measured 1.04-1.33x cuBLASLt block-scaled end to end at M = 16 and 64
+// on all six DeepSeek-V3 shapes (H200) and 1.05-1.22x faster than the decode kernel at M = 1
+// on all eight decode-bench shapes (H100, 2026-12-06); the decode kernel next, for M = 1 of
+// the block layers the Hopper kernel does not take; cuBLASLt block-scaled for larger M (our
+// Hopper kernel is 0.8-1.2x of it at M = 128 and 0.5-0.9x above); the Hopper kernel again
+// for what cuBLASLt cannot (f16/f32 output, bias, blocks other than 128x128). The decode
+// and Hopper kernels read cuBLASLt's copy of the weights when it is in the plan, so a layer
+// holds them once. `fp8-linear autotune` records
 // per-shape winners that override this order where measured.
 #[cfg(feature = "cuda")]
 fp8_table! {
-    /// Block-scaled W8A8 on CUDA GPUs: the decode kernel (sm_90; serves M = 1), our Hopper
-    /// wgmma + TMA kernel for M = 2..=64 (sm_90a), cuBLASLt block-scaled (sm_90, bf16
-    /// output), the Hopper kernel for every M cuBLASLt cannot take, then Marlin W8A16
+    /// Block-scaled W8A8 on CUDA GPUs: our Hopper wgmma + TMA kernel for M = 1..=64
+    /// (sm_90a), the decode kernel (sm_90; serves M = 1 of the layers the Hopper kernel does
+    /// not take), cuBLASLt block-scaled (sm_90, bf16 output), the Hopper kernel for every M
+    /// cuBLASLt cannot take, then Marlin W8A16
     /// (sm_80..sm_89: the A100 / RTX 30xx path, weight-only with 16-bit activations), then
     /// the portable mma.sync kernel (sm_89+).
     pub CUDA_BLOCK: Cuda, BlockScaled = [
-        DecodeBlockFp8 => 1,
-        HopperBlockFp8 { rows = 2..=64 } => 2,
+        HopperBlockFp8 { rows = 1..=64 } => 1,
+        DecodeBlockFp8 => 2,
         CublasLtBlockFp8 => 3,
         HopperBlockFp8 => 4,
         MarlinFp8 => 5,

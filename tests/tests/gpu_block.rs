@@ -26,18 +26,13 @@ fn cublaslt_block_is_selected_exactly_on_sm90() {
         return;
     };
     let cap = gpu.capability();
-    // The kernel declares sm_90 exactly: in the block table there after the decode kernel
-    // and the Hopper kernel's listing for M = 2..=64 (for a layer it takes: N and K
-    // multiples of 16, bf16 output), never selected elsewhere. The decode kernel (also sm_90
-    // exactly) serves M = 1, the Hopper kernel M = 2..=64, cuBLASLt the rest.
+    // The kernel declares sm_90 exactly: in the block table there after the Hopper kernel's
+    // listing for M = 1..=64 (for a layer it takes: N and K multiples of 16, bf16 output),
+    // never selected elsewhere. The Hopper kernel serves M = 1..=64, cuBLASLt the rest.
     let cfg = LayerConfig::block_128(256, 384, DType::Bf16, DType::Bf16);
     assert!(CublasLtBlockFp8::can_implement(&cfg).is_ok());
-    let no_decode = Overrides {
-        disabled: vec![("DecodeBlockFp8".into(), fp8_linear::OverrideSource::Api)],
-        ..Overrides::none()
-    };
     let chosen = fp8_linear::tables::BUILTIN
-        .select(gpu.device(), &cfg, &no_decode)
+        .select(gpu.device(), &cfg, &Overrides::none())
         .map(|s| s.entry.name);
     let at = |m: usize| {
         fp8_linear::tables::BUILTIN
@@ -47,7 +42,7 @@ fn cublaslt_block_is_selected_exactly_on_sm90() {
     };
     let prefill = at(65);
     if (cap.major, cap.minor) == (9, 0) {
-        assert_eq!(at(2), Some("HopperBlockFp8"), "M = 2 on {cap}");
+        assert_eq!(at(1), Some("HopperBlockFp8"), "M = 1 on {cap}");
         assert_eq!(at(64), Some("HopperBlockFp8"), "M = 64 on {cap}");
     }
     assert_eq!(

@@ -2,9 +2,10 @@
 //! on fresh random data, for M from 1 to 16 (every M on the small layers): ragged N and K, every input and output
 //! dtype, bias, ue8m0 scales, 8-row weight blocks, with and without split K (the in-kernel
 //! reduction); each call repeated and required bit-identical (the split counters reset
-//! themselves). In a layer's plan it serves M = 1 and the next kernel of the table the
-//! rest, both on one device copy of the weights, checked against the reference too; and
-//! the plan puts the kernel first on Hopper. Skips without a GPU unless
+//! themselves). In a layer's plan it serves M = 1 where the Hopper kernel does not take the
+//! layer (or is disabled) and the next kernel of the table the rest, both on one device
+//! copy of the weights, checked against the reference too; and the plan picks it at M = 1
+//! on Hopper GPUs for such layers only. Skips without a GPU unless
 //! FP8_REQUIRE_CUDA=1; off sm_90 it checks that selection never picks the kernel, then
 //! skips visibly.
 
@@ -129,21 +130,26 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
     let target = Target::from_gpu(gpu.clone());
     let mut biased = LayerConfig::block_128(640, 1280, DType::Bf16, DType::Bf16);
     biased.bias = true;
-    // (layer, the plan's kernels after the decode kernel; the last serves the largest M)
-    let lt_plan: &[&str] = &[HopperBlockFp8::NAME, CublasLtBlockFp8::NAME];
-    for (cfg, after) in [
-        // Hopper at M = 2..=64 and cuBLASLt above, both on cuBLASLt's copy.
+    // The Hopper kernel, which takes M = 1..=64 of the layers it can run, disabled: the
+    // decode kernel serves M = 1 and the next kernel of the table the rest.
+    let options = Options {
+        overrides: Overrides::none().disable(HopperBlockFp8::NAME),
+        kernel: KernelOptions::none(),
+    };
+    // (layer, the plan's kernel after the decode kernel)
+    for (cfg, prefill) in [
+        // cuBLASLt block-scaled, on its own copy.
         (
             LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16),
-            lt_plan,
+            CublasLtBlockFp8::NAME,
         ),
-        // cuBLASLt writes bf16 only and takes no bias: our Hopper kernel.
+        // cuBLASLt writes bf16 only and takes no bias: the portable kernel.
         (
             LayerConfig::block_128(640, 1280, DType::Bf16, DType::F32),
-            &[HopperBlockFp8::NAME],
+            PortableBlockFp8::NAME,
         ),
-        (biased, &[HopperBlockFp8::NAME]),
-        // 8-row blocks: only the portable kernel.
+        (biased, PortableBlockFp8::NAME),
+        // 8-row blocks (the Hopper kernel does not take them): only the portable kernel.
         (
             LayerConfig::block(
                 640,
@@ -153,10 +159,9 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
                 DType::Bf16,
                 DType::Bf16,
             ),
-            &[PortableBlockFp8::NAME],
+            PortableBlockFp8::NAME,
         ),
     ] {
-        let prefill = after[after.len() - 1];
         let layer = HostLayer::random(&cfg, WeightGen::Spread(3));
         let host = layer.weights();
         let taken = |build: &dyn Fn() -> Linear| {
@@ -174,11 +179,10 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
         });
         drop(alone);
         let (mut linear, used) = taken(&|| {
-            Linear::new(&target, &cfg, &host, &Options::none())
-                .unwrap_or_else(|e| panic!("{cfg:?}: {e}"))
+            Linear::new(&target, &cfg, &host, &options).unwrap_or_else(|e| panic!("{cfg:?}: {e}"))
         });
         let names: Vec<&str> = linear.plan().kernels().iter().map(|e| e.name).collect();
-        assert_eq!(names, [&[DecodeBlockFp8::NAME], after].concat(), "{cfg:?}");
+        assert_eq!(names, [DecodeBlockFp8::NAME, prefill], "{cfg:?}");
         // One device copy of the weights for all its kernels: the layer's accounting, and the
         // device memory the layer took against the next kernel alone (two copies would add
         // the codes again).
@@ -200,8 +204,8 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
             );
         }
         let ref_cfg = DecodeBlockFp8::ENTRY.reference_config(&cfg);
-        // M above the decode range (across the Hopper / cuBLASLt boundary at 64 / 65), then
-        // back to decode on the same layer.
+        // M above the decode range (64 / 65: where the Hopper kernel's range would end),
+        // then back to decode on the same layer.
         for m in [2, 17, 64, 65, 200, 1] {
             let x = random_activations(m, cfg.k);
             let (got, exact) = run_linear(&gpu, &mut linear, &x, m).unwrap();
@@ -239,21 +243,39 @@ fn more_than_16_rows_are_refused_alone() {
     assert!(e.contains("M <= 16"), "{e}");
 }
 
+/// At M = 1 the plan picks the decode kernel on Hopper GPUs only, and there only for block
+/// layers the Hopper kernel does not take (8-row blocks); 128x128 blocks go to the Hopper
+/// kernel.
 #[test]
-fn selected_first_for_block_layers_on_hopper_only() {
-    let Some(gpu) = gpu_or_skip("selected_first_for_block_layers_on_hopper_only") else {
+fn selected_at_m1_on_hopper_where_the_hopper_kernel_is_not() {
+    let Some(gpu) = gpu_or_skip("selected_at_m1_on_hopper_where_the_hopper_kernel_is_not") else {
         return;
     };
-    let cfg = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
-    let chosen = fp8_linear::tables::BUILTIN
-        .select_m(gpu.device(), &cfg, 1, &Overrides::none())
-        .unwrap_or_else(|e| panic!("{e}"));
     let hopper = DecodeBlockFp8::ENTRY.arch.matches(Some(gpu.capability()));
-    assert_eq!(
-        chosen.entry.name == DecodeBlockFp8::NAME,
-        hopper,
-        "{} chosen on {}",
-        chosen.entry.name,
-        gpu.capability()
+    let eight_rows = LayerConfig::block(
+        640,
+        1280,
+        (8, 128),
+        ScaleDtype::F32,
+        DType::Bf16,
+        DType::Bf16,
     );
+    for (cfg, decode) in [
+        (
+            LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16),
+            false,
+        ),
+        (eight_rows, hopper),
+    ] {
+        let chosen = fp8_linear::tables::BUILTIN
+            .select_m(gpu.device(), &cfg, 1, &Overrides::none())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            chosen.entry.name == DecodeBlockFp8::NAME,
+            decode,
+            "{} chosen on {} for {cfg}",
+            chosen.entry.name,
+            gpu.capability()
+        );
+    }
 }

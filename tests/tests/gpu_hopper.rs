@@ -90,20 +90,16 @@ fn selected_first_on_hopper() {
     };
     let cfg = LayerConfig::block_128(7748, 3884, DType::Bf16, DType::Bf16);
     // N = 7748 is not a multiple of 16: cuBLASLt's block kernel refuses it, so the Hopper
-    // kernel runs it: every M above the decode kernel's M = 1.
+    // kernel runs it: every M.
     let plan = fp8_linear::tables::BUILTIN
         .plan(gpu.device(), &cfg, &Overrides::none())
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         plan.to_string(),
-        format!("M = 1: DecodeBlockFp8; M = 2..: {}", HopperBlockFp8::NAME)
+        format!("M = 1..: {}", HopperBlockFp8::NAME)
     );
-    let lt_disabled = Overrides {
-        disabled: vec![("DecodeBlockFp8".into(), fp8_linear::OverrideSource::Api)],
-        ..Overrides::none()
-    };
     let s = fp8_linear::tables::BUILTIN
-        .select(gpu.device(), &cfg, &lt_disabled)
+        .select(gpu.device(), &cfg, &Overrides::none())
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.entry.name, HopperBlockFp8::NAME);
 }

@@ -493,10 +493,11 @@ fn silu_mul_and_forward_quantized_capture_into_a_graph() {
     );
 }
 
-/// The default plan of this GPU (on an H200 the decode kernel at M = 1, which has no path for
-/// given codes, then cuBLASLt block) serves `forward_quantized` at every M: where the planned
-/// kernel refuses, the plan's next kernel for those rows runs the call, so the output equals
-/// `forward` of the same layer planned without the decode kernel, bit for bit.
+/// A plan whose first kernel has no path for given codes (on an H200 with the Hopper kernel
+/// disabled: the decode kernel at M = 1, then cuBLASLt block) serves `forward_quantized` at
+/// every M: where the planned kernel refuses, the plan's next kernel for those rows runs the
+/// call, so the output equals `forward` of the same layer planned without the decode
+/// kernel, bit for bit.
 #[test]
 fn the_default_plan_serves_pre_quantized_calls_at_every_m() {
     use fp8_linear::{Options, Overrides};
@@ -508,9 +509,15 @@ fn the_default_plan_serves_pre_quantized_calls_at_every_m() {
     let host = HostLayer::random(&c, WeightGen::Spread(4));
     let dev = DeviceLayer::upload(&gpu, &host).unwrap();
     let w = dev.weights();
-    let mut planned = Linear::new(&target, &c, &w, &Options::none()).unwrap();
+    let no_hopper = Options {
+        overrides: Overrides::none().disable("HopperBlockFp8"),
+        kernel: KernelOptions::none(),
+    };
+    let mut planned = Linear::new(&target, &c, &w, &no_hopper).unwrap();
     let without = Options {
-        overrides: Overrides::none().disable("DecodeBlockFp8"),
+        overrides: Overrides::none()
+            .disable("HopperBlockFp8")
+            .disable("DecodeBlockFp8"),
         kernel: KernelOptions::none(),
     };
     let mut plain = Linear::new(&target, &c, &w, &without).unwrap();

@@ -223,12 +223,13 @@ fn forward_runs_each_call_on_the_kernel_of_its_m() {
     );
 }
 
-/// The built-in plan on the H200 profile: the decode kernel at M = 1, our Hopper kernel at
-/// M = 2..=64, cuBLASLt block-scaled above; with cuBLASLt disabled no M runs it (the Hopper
-/// kernel's wide listing takes its range); forced, the Hopper kernel takes every M.
+/// The built-in plan on the H200 profile: our Hopper kernel at M = 1..=64, cuBLASLt
+/// block-scaled above; with cuBLASLt disabled no M runs it (the Hopper kernel's wide listing
+/// takes its range); with the Hopper kernel disabled the decode kernel takes M = 1; forced,
+/// the Hopper kernel takes every M.
 #[cfg(feature = "cuda")]
 #[test]
-fn the_h200_plan_is_decode_then_hopper_then_cublaslt() {
+fn the_h200_plan_is_hopper_then_cublaslt() {
     let h200 = Device::profile("h200").unwrap();
     let cfg = LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16);
     let plan = |ov: &Overrides| {
@@ -239,11 +240,11 @@ fn the_h200_plan_is_decode_then_hopper_then_cublaslt() {
     };
     assert_eq!(
         plan(&Overrides::none()),
-        "M = 1: DecodeBlockFp8; M = 2..=64: HopperBlockFp8; M = 65..: CublasLtBlockFp8"
+        "M = 1..=64: HopperBlockFp8; M = 65..: CublasLtBlockFp8"
     );
     assert_eq!(
         plan(&Overrides::none().disable("CublasLtBlockFp8")),
-        "M = 1: DecodeBlockFp8; M = 2..: HopperBlockFp8"
+        "M = 1..: HopperBlockFp8"
     );
     assert_eq!(
         plan(&Overrides::none().disable("HopperBlockFp8")),

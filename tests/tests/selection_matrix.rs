@@ -29,10 +29,10 @@ const PORTABLE: &str = "PortableBlockFp8";
 const LT_TENSOR: &str = "CublasLtFp8PerTensor";
 const LT_ROW: &str = "CublasLtFp8Rowwise";
 const MARLIN: &str = "MarlinFp8";
-/// The decode kernel (M = 1) with the kernels that take the larger M: our Hopper kernel
-/// (M = 2..=64) and cuBLASLt block-scaled (above), or one of them.
-const DEC_HOP_LT: &str = "DecodeBlockFp8+HopperBlockFp8+CublasLtBlockFp8";
-const DEC_HOP: &str = "DecodeBlockFp8+HopperBlockFp8";
+/// Our Hopper kernel (M = 1..=64) with cuBLASLt block-scaled above it.
+const HOP_LT: &str = "HopperBlockFp8+CublasLtBlockFp8";
+/// The decode kernel at M = 1 where the Hopper kernel does not take the layer, the portable
+/// kernel above it.
 const DEC_PORTABLE: &str = "DecodeBlockFp8+PortableBlockFp8";
 
 /// sm_80..sm_86 (Ampere): Marlin W8A16 for every layer kind whose output dtype is the
@@ -41,12 +41,10 @@ const AMPERE: [&str; 8] = [MARLIN, "-", MARLIN, "-", MARLIN, "-", MARLIN, "-"];
 
 /// sm_89 (Ada): FP8 tensor cores, no cuBLASLt outer-vector or block scales.
 const ADA: [&str; 8] = [PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, "-", "-", "-", "-"];
-/// sm_90 (Hopper): block layers on the decode kernel (at M = 1, where it measured faster),
-/// then for bf16 output our wgmma + TMA block kernel at M = 2..=64 and cuBLASLt
-/// block-scaled above (each where it measured faster), for f16 output the wgmma kernel.
-const HOPPER: [&str; 8] = [
-    DEC_HOP_LT, DEC_HOP, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-",
-];
+/// sm_90 (Hopper): block layers, for bf16 output, on our wgmma + TMA block kernel at
+/// M = 1..=64 and cuBLASLt block-scaled above (each where it measured faster), for f16
+/// output on the wgmma kernel.
+const HOPPER: [&str; 8] = [HOP_LT, HOP, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-"];
 /// sm_100+ : no cuBLASLt block kernel wired (it is declared sm_90 exactly).
 const NEWER: [&str; 8] = [
     PORTABLE, PORTABLE, LT_TENSOR, LT_TENSOR, LT_ROW, "-", LT_ROW, "-",
@@ -177,18 +175,17 @@ const AMPERE_LAYOUTS: [&str; 10] = [
 const PORTABLE_LAYOUTS: [&str; 10] = [
     PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, PORTABLE, "-",
 ];
-/// Hopper: blocks 128 columns wide on the decode kernel, handing larger M to the wgmma kernel
-/// (M = 2..=64) and cuBLASLt (above) for 128x128 (ue8m0 too: the scales are f32 powers of
-/// two), to the wgmma kernel for 32, 64
-/// or 128 rows and to the portable kernel for the other multiples of 8; narrower blocks on
-/// the wgmma kernel (32, 64, 128 rows) or the portable kernel.
+/// Hopper: the wgmma kernel at M = 1..=64 and cuBLASLt above for 128x128 (ue8m0 too: the
+/// scales are f32 powers of two), the wgmma kernel alone for blocks of 32, 64 or 128 rows
+/// (narrower ones too); blocks 128 columns wide of other multiples of 8 rows on the decode
+/// kernel at M = 1 and the portable kernel above.
 const HOPPER_LAYOUTS: [&str; 10] = [
-    DEC_HOP_LT,
+    HOP_LT,
     HOP,
     HOP,
     HOP,
     HOP,
-    DEC_HOP,
+    HOP,
     DEC_PORTABLE,
     PORTABLE,
     DEC_PORTABLE,
