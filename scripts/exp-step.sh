@@ -1,5 +1,5 @@
-# Sourced by the one-call experiment scripts (scripts/hopper-exp.sh,
-# scripts/experiments/i31-call.sh): `step LABEL LIMIT COMMAND...` runs COMMAND with its
+# Sourced by the one-call experiment scripts (scripts/hopper-exp.sh; an experiment's own
+# call script may source it too): `step LABEL LIMIT COMMAND...` runs COMMAND with its
 # output in $OUTD/LABEL.log, for at most LIMIT seconds and never past END seconds after
 # START (END 0: no end; a killed step still leaves its log), and appends a line (label,
 # exit status, seconds) to $TABLE, echoed.

@@ -1,6 +1,6 @@
-"""What the stamps scripts share (scripts/hopper_stamps.py, scripts/experiments/
-i31-decode-stamps.py): the copy of the kernel sources with one file patched, and the
-command line (`make SRC_DIR DST_DIR`, `summary STAMPS.txt`)."""
+"""The frame of a stamps script (scripts/hopper_stamps.py; a kernel's experiment stamps
+reuse it): the copy of the kernel sources with one file patched, and the command line
+(`make SRC_DIR DST_DIR`, `summary STAMPS.txt`)."""
 import shutil
 import sys
 from pathlib import Path
