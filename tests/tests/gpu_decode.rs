@@ -138,7 +138,7 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
     };
     // (layer, the plan's kernel after the decode kernel)
     for (cfg, prefill) in [
-        // cuBLASLt block-scaled, on its own copy.
+        // cuBLASLt block-scaled, whose device copy the decode kernel reads.
         (
             LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16),
             CublasLtBlockFp8::NAME,
