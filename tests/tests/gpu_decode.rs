@@ -121,6 +121,19 @@ fn every_m_up_to_16_matches_the_reference() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// A 640 x 1280 bf16 layer in 8 x 128 weight blocks: a block layout the Hopper kernel does
+/// not take, so the plan keeps the decode kernel at M = 1 there.
+fn eight_row_blocks() -> LayerConfig {
+    LayerConfig::block(
+        640,
+        1280,
+        (8, 128),
+        ScaleDtype::F32,
+        DType::Bf16,
+        DType::Bf16,
+    )
+}
+
 #[test]
 fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
     let test = "larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy";
@@ -150,17 +163,7 @@ fn larger_m_run_on_the_next_kernel_of_the_plan_on_one_weight_copy() {
         ),
         (biased, PortableBlockFp8::NAME),
         // 8-row blocks (the Hopper kernel does not take them): only the portable kernel.
-        (
-            LayerConfig::block(
-                640,
-                1280,
-                (8, 128),
-                ScaleDtype::F32,
-                DType::Bf16,
-                DType::Bf16,
-            ),
-            PortableBlockFp8::NAME,
-        ),
+        (eight_row_blocks(), PortableBlockFp8::NAME),
     ] {
         let layer = HostLayer::random(&cfg, WeightGen::Spread(3));
         let host = layer.weights();
@@ -252,20 +255,12 @@ fn selected_at_m1_on_hopper_where_the_hopper_kernel_is_not() {
         return;
     };
     let hopper = DecodeBlockFp8::ENTRY.arch.matches(Some(gpu.capability()));
-    let eight_rows = LayerConfig::block(
-        640,
-        1280,
-        (8, 128),
-        ScaleDtype::F32,
-        DType::Bf16,
-        DType::Bf16,
-    );
     for (cfg, decode) in [
         (
             LayerConfig::block_128(4096, 7168, DType::Bf16, DType::Bf16),
             false,
         ),
-        (eight_rows, hopper),
+        (eight_row_blocks(), hopper),
     ] {
         let chosen = fp8_linear::tables::BUILTIN
             .select_m(gpu.device(), &cfg, 1, &Overrides::none())
