@@ -6,10 +6,10 @@
 //! An ordinary entry of the block table, after the Hopper kernel's listing for M = 1..=64
 //! (which measured faster at M = 1 on every layer of the decode bench, H100 2026-12-06): it
 //! serves M = 1 (`rows = 1..=1`) of the block layers the Hopper kernel does not take (weight
-//! blocks whose rows are a multiple of 8 other than 32, 64 and 128), and a layer's plan gives larger M to the
-//! next kernel of the table. It reads the weights in
-//! any block layout, so in a plan with cuBLASLt, Hopper or the portable kernel it uses
-//! their device copy: the layer holds the weights once. Built alone it runs any M up to
+//! blocks whose rows are a multiple of 8 other than 32, 64 and 128), and a layer's plan
+//! gives larger M to the next kernel of the table. It reads the weights in any block
+//! layout, so in a plan with cuBLASLt, Hopper or the portable kernel it uses their device
+//! copy: the layer holds the weights once. Built alone it runs any M up to
 //! [`DECODE_MAX_M`]. Source: `cu/decode_gemm.cu`.
 
 use std::sync::Arc;
