@@ -12,6 +12,8 @@
 # Steps:
 #   bench:NAME[:ENV=V,...]  the Hopper bench on .exp/NAME (HOPPER_BENCH_SHARED_OUT=1, every
 #                           shape and M unless ENV narrows it, e.g. HOPPER_BENCH_M=4096)
+#   decode:NAME[:ENV=V,...] the decode bench (M = 1, 4, 8, 16) on .exp/NAME, e.g. with
+#                           FP8_DECODE_HOPPER_SWEEP=1 or FP8_LINEAR_NO_STREAM_K=1
 #   stamps:NAME             clock64 stamps of .exp/NAME (made by scripts/hopper_stamps.py make)
 #                           at M = 64, 512, 4096 on the quick shapes, then their summary
 #   ncu:NAME                Nsight Compute (--clock-control none) of every 256x128 tile launch
@@ -70,6 +72,15 @@ for s in "$@"; do
         [ -n "$envs" ] && label="$label-${envs//[^A-Za-z0-9]/_}"
         step "$label" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" HOPPER_BENCH_SHARED_OUT=1 \
             ${envs//,/ } "$U/benches/hopper"
+        ;;
+    decode)
+        # the decode bench (M = 1..16) on .exp/NAME, labelled like bench:
+        name=${rest%%:*}
+        envs=""
+        [ "$rest" != "$name" ] && envs=${rest#*:}
+        label="bench-decode-$name"
+        [ -n "$envs" ] && label="$label-${envs//[^A-Za-z0-9]/_}"
+        step "$label" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" ${envs//,/ } "$U/benches/decode"
         ;;
     stamps)
         step "stamps-$rest" 240 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$rest" FP8_LINEAR_STAMPS=1 \

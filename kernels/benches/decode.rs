@@ -8,10 +8,13 @@
 //! timed call, median of the samples. Each GEMM also runs as the replay of a CUDA graph
 //! holding one `apply` (the `-g` columns; the flush stays outside the graph). The six
 //! DeepSeek-V3 layers plus 4096 x 4096 and 14336 x 4096, bf16 in and out, 128 x 128 blocks.
-//! Checks Decode's output against cuBLASLt's on every point (relative Frobenius difference).
+//! Checks Hopper's and Decode's outputs against cuBLASLt's on every point (the larger
+//! relative Frobenius difference).
 //!
 //! `FP8_DECODE_SWEEP=1` adds Decode with its K splits capped at 1, 2, 4, 8 and 16 (the
-//! split planner's inputs). Prints "skipped" and exits 0 without an sm_90 GPU.
+//! split planner's inputs); `FP8_DECODE_HOPPER_SWEEP=1` the Hopper kernel with its tile width
+//! fixed at 32, 64, 128 and 144 columns (stream-K over that width) and with K splits capped
+//! at 1 (no stream-K). Prints "skipped" and exits 0 without an sm_90 GPU.
 //!
 //! `cargo bench -p fp8-linear --bench decode` (`FP8_BENCH_QUICK=1`: 2 shapes;
 //! `FP8_BENCH_CSV=path`: also append every point to that CSV, see `common/csv.rs`: kernel
@@ -49,19 +52,28 @@ const SAMPLES: usize = 31;
 /// The HBM rate the "% of 4.3 TB/s" column is against, bytes per microsecond.
 const HBM: f64 = 4.3e6;
 
-/// (label, kernel, the build options' `max_splits`)
-type Kernel = (&'static str, &'static KernelEntry, Option<u16>);
+/// (label, kernel, the build options' `max_splits` and `tile_cols`)
+type Kernel = (&'static str, &'static KernelEntry, Option<u16>, Option<u16>);
 const KERNELS: [Kernel; 3] = [
-    ("Decode", &DecodeBlockFp8::ENTRY, None),
-    ("LtBlk", &CublasLtBlockFp8::ENTRY, None),
-    ("Hopper", &HopperBlockFp8::ENTRY, None),
+    ("Decode", &DecodeBlockFp8::ENTRY, None, None),
+    ("LtBlk", &CublasLtBlockFp8::ENTRY, None, None),
+    ("Hopper", &HopperBlockFp8::ENTRY, None, None),
 ];
 const SWEEP: [Kernel; 5] = [
-    ("Dec-s1", &DecodeBlockFp8::ENTRY, Some(1)),
-    ("Dec-s2", &DecodeBlockFp8::ENTRY, Some(2)),
-    ("Dec-s4", &DecodeBlockFp8::ENTRY, Some(4)),
-    ("Dec-s8", &DecodeBlockFp8::ENTRY, Some(8)),
-    ("Dec-s16", &DecodeBlockFp8::ENTRY, Some(16)),
+    ("Dec-s1", &DecodeBlockFp8::ENTRY, Some(1), None),
+    ("Dec-s2", &DecodeBlockFp8::ENTRY, Some(2), None),
+    ("Dec-s4", &DecodeBlockFp8::ENTRY, Some(4), None),
+    ("Dec-s8", &DecodeBlockFp8::ENTRY, Some(8), None),
+    ("Dec-s16", &DecodeBlockFp8::ENTRY, Some(16), None),
+];
+/// The Hopper kernel's tile widths fixed (stream-K at M <= 16 over that width), and with K
+/// splits capped at 1 (no stream-K: the tiles of its cost model, unsplit).
+const HOPPER_SWEEP: [Kernel; 5] = [
+    ("Hop-w32", &HopperBlockFp8::ENTRY, None, Some(32)),
+    ("Hop-w64", &HopperBlockFp8::ENTRY, None, Some(64)),
+    ("Hop-w128", &HopperBlockFp8::ENTRY, None, Some(128)),
+    ("Hop-w144", &HopperBlockFp8::ENTRY, None, Some(144)),
+    ("Hop-s1", &HopperBlockFp8::ENTRY, Some(1), None),
 ];
 
 /// Plain and graph-replay median microseconds of `kernel.apply` at every M of [`MS`], and
@@ -108,6 +120,7 @@ fn main() {
     let gpu = base.fork_stream().expect("stream");
     let quick = std::env::var("FP8_BENCH_QUICK").is_ok_and(|v| v == "1");
     let sweep = std::env::var("FP8_DECODE_SWEEP").is_ok_and(|v| v == "1");
+    let hopper_sweep = std::env::var("FP8_DECODE_HOPPER_SWEEP").is_ok_and(|v| v == "1");
     let shapes = if quick { &SHAPES[..2] } else { &SHAPES[..] };
     let timer = EventTimer::new(&gpu).expect("events");
     let flush = Flush::new(&gpu);
@@ -116,6 +129,9 @@ fn main() {
     let mut kernels: Vec<Kernel> = KERNELS.to_vec();
     if sweep {
         kernels.extend(SWEEP);
+    }
+    if hopper_sweep {
+        kernels.extend(HOPPER_SWEEP);
     }
     // (label, n, k, m) -> (plain us, graph us); (n, k) -> floor us; (n, k, m) -> diff.
     let mut us: BTreeMap<(&str, usize, usize, usize), (f64, f64)> = BTreeMap::new();
@@ -150,9 +166,10 @@ fn main() {
         let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
         let weights = weights_for(&cfg, &codes, &scales, &[]);
         let mut outs: BTreeMap<(&str, usize), Vec<bf16>> = BTreeMap::new();
-        for &(label, entry, max_splits) in &kernels {
+        for &(label, entry, max_splits, tile_cols) in &kernels {
             let options = KernelOptions {
                 max_splits,
+                tile_cols,
                 ..KernelOptions::none()
             };
             let ctx = target.build_ctx(&cfg, &options);
@@ -179,9 +196,16 @@ fn main() {
                 }
             }
         }
+        // The larger of Hopper's and Decode's differences from cuBLASLt's output.
         for m in MS {
-            if let (Some(a), Some(b)) = (outs.get(&("Decode", m)), outs.get(&("LtBlk", m))) {
-                diff.insert((n, k, m), rel_diff(a, b));
+            let Some(lt) = outs.get(&("LtBlk", m)) else {
+                continue;
+            };
+            for label in ["Hopper", "Decode"] {
+                if let Some(a) = outs.get(&(label, m)) {
+                    let d = diff.entry((n, k, m)).or_insert(0.0);
+                    *d = d.max(rel_diff(a, lt));
+                }
             }
         }
     }
@@ -195,10 +219,12 @@ fn main() {
         csv.row(&format!("{label}-g"), (n, k, m), graph);
     }
     println!();
-    println!("== summary (us per call; -g: CUDA graph replay of one apply)");
     println!(
-        "| N x K | M | read-once us | Decode us | / read-once | % of 4.3 TB/s | LtBlk us | \
-         LtBlk / Decode | Hopper / Decode | Decode-g us | / read-once | LtBlk-g / Decode-g | \
+        "== summary (us per call; -g: CUDA graph replay of one apply; Hopper: the plan's kernel)"
+    );
+    println!(
+        "| N x K | M | read-once us | Hopper us | / read-once | % of 4.3 TB/s | LtBlk us | \
+         LtBlk / Hopper | Decode us | Hopper-g us | / read-once | LtBlk-g / Hopper-g | \
          diff vs LtBlk |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
@@ -207,23 +233,40 @@ fn main() {
         let fl = floor.get(&(n, k)).copied().unwrap_or(f64::NAN);
         let ideal = (n * k) as f64 / HBM;
         for m in MS {
-            let d = get("Decode", n, k, m).unwrap_or((f64::NAN, f64::NAN));
-            let lt = get("LtBlk", n, k, m).unwrap_or((f64::NAN, f64::NAN));
-            let hp = get("Hopper", n, k, m).unwrap_or((f64::NAN, f64::NAN));
+            let nan = (f64::NAN, f64::NAN);
+            let d = get("Decode", n, k, m).unwrap_or(nan);
+            let lt = get("LtBlk", n, k, m).unwrap_or(nan);
+            let hp = get("Hopper", n, k, m).unwrap_or(nan);
             let df = diff.get(&(n, k, m)).copied().unwrap_or(f64::NAN);
             println!(
-                "| {n}x{k} | {m} | {fl:.1} | {:.1} | {:.2} | {:.0} % | {:.1} | {:.2} | {:.2} | \
+                "| {n}x{k} | {m} | {fl:.1} | {:.1} | {:.2} | {:.0} % | {:.1} | {:.2} | {:.1} | \
                  {:.1} | {:.2} | {:.2} | {df:.1e} |",
-                d.0,
-                d.0 / fl,
-                100.0 * ideal / d.0,
+                hp.0,
+                hp.0 / fl,
+                100.0 * ideal / hp.0,
                 lt.0,
-                lt.0 / d.0,
-                hp.0 / d.0,
-                d.1,
-                d.1 / fl,
-                lt.1 / d.1,
+                lt.0 / hp.0,
+                d.0,
+                hp.1,
+                hp.1 / fl,
+                lt.1 / hp.1,
             );
+        }
+    }
+    if hopper_sweep {
+        println!();
+        let labels: Vec<&str> = HOPPER_SWEEP.iter().map(|h| h.0).collect();
+        println!("| N x K | M | {} | Hopper |", labels.join(" | "));
+        println!("|---|---|{}---|", "---|".repeat(labels.len()));
+        for &(n, k) in shapes {
+            for m in MS {
+                let cells: Vec<String> = labels
+                    .iter()
+                    .map(|l| get(l, n, k, m).map_or("-".into(), |v| format!("{:.1}", v.0)))
+                    .collect();
+                let hp = get("Hopper", n, k, m).map_or(f64::NAN, |v| v.0);
+                println!("| {n}x{k} | {m} | {} | {hp:.1} |", cells.join(" | "));
+            }
         }
     }
     if sweep {

@@ -31,18 +31,21 @@ __device__ __forceinline__ void store2_bias(void* out, long long idx, const floa
     store2<OUT>(out, idx, v0, v1, both, pair_ok);
 }
 
-// Split K: whether this block is the last of the `arrivals` blocks that add to output tile
-// `tile` to finish, by an atomic counter per tile that is zero between calls: the last
-// block resets it right after its arrival (every other block has arrived, so the count is
-// complete; the next call on the stream starts after this one ends). Every thread of the
-// block calls it once its part of the block's results is in global memory (uniformly: it
-// holds two barriers); one lane publishes them (ordered before it by the first barrier; the
-// fence is cumulative) and, in the last block, acquires the other blocks' before the second
-// barrier. The caller then reads the other blocks' results (in whatever order it sums them).
-__device__ __forceinline__ bool last_split(u32* counters, u32 tile, u32 arrivals) {
-    __shared__ u32 last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
+// Split K: whether this block's part is the last of the `arrivals` parts that add to output
+// tile `tile` to finish, by an atomic counter per tile that is zero between calls: the last
+// part resets it right after its arrival (every other part has arrived, so the count is
+// complete; the next call on the stream starts after this one ends). The `count` threads
+// of the part meet at named barrier `id` (0 with every thread of the block: the whole
+// block) once each one's share of the part's results is in global memory (every one of
+// them calls it, uniformly); the `leader` publishes them (ordered before it by the barrier;
+// the fence is cumulative), counts, and in the last part acquires the other parts' results
+// before the second barrier, which tells every thread. The caller then reads the other
+// parts' results (in whatever order it sums them).
+__device__ __forceinline__ bool last_part(u32* counters, u32 tile, u32 arrivals, int id, int count,
+                                          bool leader) {
+    bar_sync(id, count);
+    bool last = false;
+    if (leader) {
         __threadfence();
         last = atomicAdd(&counters[tile], 1u) == arrivals - 1;
         if (last) {
@@ -50,6 +53,10 @@ __device__ __forceinline__ bool last_split(u32* counters, u32 tile, u32 arrivals
             counters[tile] = 0;  // ready for the next call on the stream
         }
     }
-    __syncthreads();
-    return last;
+    return bar_sync_or(id, count, last);
+}
+
+// last_part of a whole block (thread 0 counts).
+__device__ __forceinline__ bool last_split(u32* counters, u32 tile, u32 arrivals) {
+    return last_part(counters, tile, arrivals, 0, blockDim.x, threadIdx.x == 0);
 }
