@@ -541,10 +541,11 @@ fn launch_plan(variants: &[Variant], c: &LayerConfig, gpu: &Gpu, knobs: Knobs, m
             .collect();
     }
     let want = cluster.unwrap_or(1);
-    // Stream-K at up to STREAM_K_MAX_M rows, unless the options forbid K splits or ask for
-    // clusters.
+    // Stream-K at up to STREAM_K_MAX_M rows, unless the options ask for clusters or a
+    // tile would get more parts than the K split cap (1: no stream-K; a layer of few tiles
+    // and long K, where one SM would sum many parts, takes the tiles and splits below).
     if let Some(sk) = stream_k(m, c.n, c.k, sms, &tiles)
-        .filter(|_| max_splits > 1 && want == 1 && stream_k_allowed())
+        .filter(|sk| sk.parts <= max_splits.max(1) && want == 1 && stream_k_allowed())
     {
         let variant = variants
             .iter()
