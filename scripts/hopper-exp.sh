@@ -14,8 +14,9 @@
 #                           shape and M unless ENV narrows it, e.g. HOPPER_BENCH_M=4096)
 #   decode:NAME[:ENV=V,...] the decode bench (M = 1, 4, 8, 16) on .exp/NAME, e.g. with
 #                           FP8_DECODE_HOPPER_SWEEP=1 or FP8_LINEAR_NO_STREAM_K=1
-#   stamps:NAME             clock64 stamps of .exp/NAME (made by scripts/hopper_stamps.py make)
-#                           at M = 64, 512, 4096 on the quick shapes, then their summary
+#   stamps:NAME[:M,...]     clock64 stamps of .exp/NAME (made by scripts/hopper_stamps.py make)
+#                           at M = 64, 512, 4096 (or the M given) on the quick shapes, then
+#                           their summary
 #   ncu:NAME                Nsight Compute (--clock-control none) of every 256x128 tile launch
 #                           at M = 4096 on the quick shapes: time, DRAM and L2 bytes, store
 #                           requests, medians per bench instance (default, -q, -s1, -256)
@@ -83,9 +84,13 @@ for s in "$@"; do
         step "$label" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" ${envs//,/ } "$U/benches/decode"
         ;;
     stamps)
-        step "stamps-$rest" 240 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$rest" FP8_LINEAR_STAMPS=1 \
-            FP8_BENCH_QUICK=1 HOPPER_BENCH_M=64,512,4096 "$U/benches/hopper"
-        python3 scripts/hopper_stamps.py summary "$OUTD/stamps-$rest.log" >"$OUTD/stamps-$rest.summary" 2>&1
+        name=${rest%%:*}
+        ms=64,512,4096
+        [ "$rest" != "$name" ] && ms=${rest#*:}
+        step "stamps-$name-${ms//,/_}" 240 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" FP8_LINEAR_STAMPS=1 \
+            FP8_BENCH_QUICK=1 HOPPER_BENCH_M="$ms" "$U/benches/hopper"
+        python3 scripts/hopper_stamps.py summary "$OUTD/stamps-$name-${ms//,/_}.log" \
+            >"$OUTD/stamps-$name-${ms//,/_}.summary" 2>&1
         ;;
     ncu)
         metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,lts__t_sector_hit_rate.pct,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_write.sum,sm__cycles_elapsed.avg.per_second

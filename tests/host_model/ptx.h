@@ -54,6 +54,9 @@ inline uint4 ldg_stream(const u8* p) {
 inline void st_cg(float* p, float v) { *p = v; }
 inline float ld_cg(const float* p) { return *p; }
 
+// ---- release / acquire ------------------------------------------------------------------
+inline u32 atom_add_acq_rel_gpu(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+
 // ---- named barriers ---------------------------------------------------------------------
 // bar.sync / bar.red.or.pred on barrier `id` of `count` threads: a generation barrier per id
 // (the blocks run one at a time, so each starts with every barrier empty), OR-ing `p` over

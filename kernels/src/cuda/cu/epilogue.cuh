@@ -37,21 +37,18 @@ __device__ __forceinline__ void store2_bias(void* out, long long idx, const floa
 // complete; the next call on the stream starts after this one ends). The `count` threads
 // of the part meet at named barrier `id` (0 with every thread of the block: the whole
 // block) once each one's share of the part's results is in global memory (every one of
-// them calls it, uniformly); the `leader` publishes them (ordered before it by the barrier;
-// the fence is cumulative), counts, and in the last part acquires the other parts' results
-// before the second barrier, which tells every thread. The caller then reads the other
-// parts' results (in whatever order it sums them).
+// them calls it, uniformly); the `leader` counts with a release-acquire add at GPU scope
+// (the pattern of CUTLASS's split-K semaphores: the release is cumulative over the stores
+// the barrier ordered before it; in the last part the acquire makes the other parts'
+// results visible), and the second barrier tells every thread. The caller then reads the
+// other parts' results (in whatever order it sums them).
 __device__ __forceinline__ bool last_part(u32* counters, u32 tile, u32 arrivals, int id, int count,
                                           bool leader) {
     bar_sync(id, count);
     bool last = false;
     if (leader) {
-        __threadfence();
-        last = atomicAdd(&counters[tile], 1u) == arrivals - 1;
-        if (last) {
-            __threadfence();
-            counters[tile] = 0;  // ready for the next call on the stream
-        }
+        last = atom_add_acq_rel_gpu(&counters[tile], 1u) == arrivals - 1;
+        if (last) counters[tile] = 0;  // ready for the next call on the stream
     }
     return bar_sync_or(id, count, last);
 }

@@ -405,33 +405,48 @@ __device__ __forceinline__ void store_totals(void* __restrict__ out, const float
 // Stream-K: the tile of unit `w` summed over its `w.parts` partial tiles (f32 [M, N] each
 // from `ws`, in part order: the same sum whichever part finished last) + bias, stored in
 // output dtype OUT, rows past w.mend and columns past N skipped; spread over `count` threads
-// (this one the t-th), each with U elements' loads in flight.
+// (this one the t-th), U elements each per pass. The loads carry no branch (a thread's
+// elements past the tile read its first one, parts past the last read the last one; both
+// are added as zeros) and go out SB parts at a time: U x SB loads in flight per thread,
+// where loads under a branch each waited for the one before (the whole tile's sum at 16
+// rows took 30 us on the H100).
 template <int OUT, int BM, int BN>
 __device__ __forceinline__ void sum_parts(void* __restrict__ out, const float* __restrict__ ws,
                                           const Unit& w, const float* __restrict__ bias, int M,
                                           int N, int t, int count) {
-    constexpr int U = 8;
+    constexpr int U = 8, SB = 4;
     const int c0 = w.nb * BN, cols = min(BN, N - c0), rows = min(BM, w.mend - w.m0);
     const int total = rows * cols;
     const long long mn = (long long)M * N;
     for (int base = t; base < total; base += U * count) {
+        long long off[U];
         float v[U];
 #pragma unroll
-        for (int j = 0; j < U; ++j) v[j] = 0.f;
-        for (int s = 0; s < w.parts; ++s) {
+        for (int j = 0; j < U; ++j) {
+            const int i = base + j * count, e = i < total ? i : 0;
+            off[j] = (long long)(w.m0 + e / cols) * N + c0 + e % cols;
+            v[j] = 0.f;
+        }
+        for (int s0 = 0; s0 < w.parts; s0 += SB) {
+            float x[SB][U];
 #pragma unroll
-            for (int j = 0; j < U; ++j) {
-                const int i = base + j * count;
-                if (i < total)
-                    v[j] += __ldcg(ws + s * mn + (long long)(w.m0 + i / cols) * N + c0 + i % cols);
+            for (int q = 0; q < SB; ++q) {
+                const float* p = ws + min(s0 + q, w.parts - 1) * mn;
+#pragma unroll
+                for (int j = 0; j < U; ++j) x[q][j] = __ldcg(p + off[j]);
             }
+#pragma unroll
+            for (int q = 0; q < SB; ++q)
+#pragma unroll
+                for (int j = 0; j < U; ++j) v[j] += s0 + q < w.parts ? x[q][j] : 0.f;
         }
 #pragma unroll
         for (int j = 0; j < U; ++j) {
-            const int i = base + j * count, c = c0 + i % cols;
-            if (i < total)
-                store2_bias<OUT>(out, (long long)(w.m0 + i / cols) * N + c, bias, c, v[j], 0.f,
-                                 false, false);
+            const int i = base + j * count;
+            if (i < total) {
+                const int c = c0 + i % cols;
+                store2_bias<OUT>(out, off[j], bias, c, v[j], 0.f, false, false);
+            }
         }
     }
 }

@@ -93,6 +93,20 @@ __device__ __forceinline__ void griddep_wait() {
 #endif
 }
 
+// ---- release / acquire ------------------------------------------------------------------
+// atomicAdd at GPU scope with release and acquire semantics (atom.acq_rel.gpu): the memory
+// accesses before it (and, cumulatively, those ordered before it by a barrier) are visible
+// to a thread that acquires this add's result, and the accesses after it see everything
+// released to the value it read. Returns the old value.
+__device__ __forceinline__ u32 atom_add_acq_rel_gpu(u32* p, u32 v) {
+    u32 old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old)
+                 : "l"(p), "r"(v)
+                 : "memory");
+    return old;
+}
+
 // ---- named barriers ---------------------------------------------------------------------
 // Barrier `id` (0-15) of `count` threads (a multiple of 32; id 0 with every thread of the
 // block is __syncthreads): the threads' memory accesses before it are ordered before those
