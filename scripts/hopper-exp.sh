@@ -13,7 +13,7 @@
 #   bench:NAME[:ENV=V,...]  the Hopper bench on .exp/NAME (HOPPER_BENCH_SHARED_OUT=1, every
 #                           shape and M unless ENV narrows it, e.g. HOPPER_BENCH_M=4096)
 #   decode:NAME[:ENV=V,...] the decode bench (M = 1, 4, 8, 16) on .exp/NAME, e.g. with
-#                           FP8_DECODE_HOPPER_SWEEP=1 or FP8_LINEAR_NO_STREAM_K=1
+#                           FP8_DECODE_HOPPER_SWEEP=1 (the Hopper kernel's fixed widths)
 #   stamps:NAME[:M,...]     clock64 stamps of .exp/NAME (made by scripts/hopper_stamps.py make)
 #                           at M = 64, 512, 4096 (or the M given) on the quick shapes, then
 #                           their summary

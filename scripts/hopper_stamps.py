@@ -102,26 +102,11 @@ rep("""                release(s);
             }
         }
     epilogue:""")
-rep("""    float tot[WAVES][NACC];
-    u32 it = 0;""", """    float tot[WAVES][NACC];
-    int st_units = 0;  // this CTA's units so far
-    u32 it = 0;""")
 rep("""    epilogue:
-        int wrow[WAVES];""", """    epilogue:
-        const int uu = st_units++;
+        if (live == 0) continue;""", """    epilogue:
+        const int uu = (walk.u - sc.step - sc.first) / sc.step;  // (walk.u: the next unit)
         if (rec >= 0 && uu < 1024) hsu[rec][0][uu] = st_clk();
-        int wrow[WAVES];""")
-# the parts' and splits' epilogues end early
-rep("""                    sum_parts<HOPPER_OUT, BM, BN>(out, ws, w, bias, M, N, threadIdx.x - 128,
-                                                  128 * NWG);
-                continue;""", """                    sum_parts<HOPPER_OUT, BM, BN>(out, ws, w, bias, M, N, threadIdx.x - 128,
-                                                  128 * NWG);
-                if (rec >= 0 && uu < 1024) hsu[rec][1][uu] = st_clk();
-                continue;""")
-rep("""                store_part();
-                continue;""", """                store_part();
-                if (rec >= 0 && uu < 1024) hsu[rec][1][uu] = st_clk();
-                continue;""")
+        if (live == 0) continue;""")
 rep("""            store_totals<HOPPER_OUT>(out, tot, r0, r1, w.nb * BN + col_in, bias, rw, w.mend, N);
         }
     }
@@ -166,10 +151,7 @@ rep("""    // No CTA leaves while a peer may still multicast into it or arrive o
     __syncthreads();
     if (threadIdx.x == 0 && st_all_ref()) {
         int nu = 0;
-        {
-            Walk<G> wk(sc);
-            for (Unit w; wk.next(w);) ++nu;
-        }
+        for (int u = sc.first; u < sc.units; u += sc.step) ++nu;
         hall[blockIdx.x][1] = st_ns();
         hall_u[blockIdx.x] = nu;
         __threadfence();
@@ -178,10 +160,7 @@ rep("""    // No CTA leaves while a peer may still multicast into it or arrive o
     const int slot = st_slot_get();
     if (threadIdx.x == 0 && slot >= 0) {
         u32 its = 0, nu = 0;
-        {
-            Walk<G> wk(sc);
-            for (Unit w; wk.next(w); ++nu) its += w.kb1 - w.kb0;
-        }
+        for (int u = sc.first; u < sc.units; u += sc.step, ++nu) { const Unit w = sc.at(u); its += w.kb1 - w.kb0; }
         hsm[slot][0] = blockIdx.x; hsm[slot][1] = gridDim.x; hsm[slot][2] = BM; hsm[slot][3] = BN;
         hsm[slot][4] = M; hsm[slot][5] = N; hsm[slot][6] = K; hsm[slot][7] = its; hsm[slot][8] = nu; hsm[slot][9] = STAGES;
         hsc[slot][1] = st_clk();

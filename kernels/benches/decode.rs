@@ -13,8 +13,8 @@
 //!
 //! `FP8_DECODE_SWEEP=1` adds Decode with its K splits capped at 1, 2, 4, 8 and 16 (the
 //! split planner's inputs); `FP8_DECODE_HOPPER_SWEEP=1` the Hopper kernel with its tile width
-//! fixed at 32, 64, 128 and 144 columns (stream-K over that width) and with K splits capped
-//! at 1 (no stream-K). Prints "skipped" and exits 0 without an sm_90 GPU.
+//! fixed at 32, 64, 128 and 144 columns and with K splits capped at 1. Prints "skipped" and
+//! exits 0 without an sm_90 GPU.
 //!
 //! `cargo bench -p fp8-linear --bench decode` (`FP8_BENCH_QUICK=1`: 2 shapes;
 //! `FP8_BENCH_CSV=path`: also append every point to that CSV, see `common/csv.rs`: kernel
@@ -66,8 +66,8 @@ const SWEEP: [Kernel; 5] = [
     ("Dec-s8", &DecodeBlockFp8::ENTRY, Some(8), None),
     ("Dec-s16", &DecodeBlockFp8::ENTRY, Some(16), None),
 ];
-/// The Hopper kernel's tile widths fixed (stream-K at M <= 16 over that width), and with K
-/// splits capped at 1 (no stream-K: the tiles of its cost model, unsplit).
+/// The Hopper kernel with its tile width fixed (the K splits still its cost model's), and
+/// with K splits capped at 1 (its cost model's tiles, unsplit).
 const HOPPER_SWEEP: [Kernel; 5] = [
     ("Hop-w32", &HopperBlockFp8::ENTRY, None, Some(32)),
     ("Hop-w64", &HopperBlockFp8::ENTRY, None, Some(64)),

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
-#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>

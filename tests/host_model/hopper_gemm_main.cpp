@@ -1,7 +1,6 @@
 // The host model's driver for cu/hopper_gemm.cu (the Hopper block-scaled FP8 GEMM on
 // pre-quantized activations): runs one call several times, the persistent CTAs in a different
-// order each time, then the split-K sum when split (stream-K, splits 0: inside the launch;
-// a tile counter left non-zero after a launch exits 5), and writes every call's output. Built
+// order each time, then the split-K sum when split, and writes every call's output. Built
 // with -DHOPPER_GROUPED, it runs the grouped kernels (E stacked experts over row segments).
 //
 //   model INPUT OUTPUT
@@ -95,12 +94,7 @@ int main(int argc, char** argv) {
     if (!v) return 4;
     const size_t elem = HOPPER_OUT == 0 ? 4 : 2, count = (size_t)M * N;
     std::vector<unsigned char> out(count * elem);
-    // Split K: the splits' partial sums. Stream-K (splits 0): the tiles' counters (zero
-    // between launches: checked after each), then at most one part per CTA.
-    const int tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn), cwords = (tiles + 3) & ~3;
-    std::vector<float> ws(splits > 1    ? (size_t)splits * count
-                          : splits == 0 ? cwords + (size_t)ctas * count
-                                        : 0);
+    std::vector<float> ws(splits > 1 ? (size_t)splits * count : 0);
     const TmaDesc ta = tensor_map(a.data(), ldk, M, ldk, bm);
     const TmaDesc tb = tensor_map(b.data(), ldk, experts * N, ldk, bn);
     const float* bp = has_bias ? bias.data() : nullptr;
@@ -121,9 +115,6 @@ int main(int argc, char** argv) {
         if (splits > 1)
             run_grid(Dim3{2, 1, 1}, 256, 0,
                      [&] { hopper_finalize(ws.data(), out.data(), bp, M, N, splits); });
-        if (splits == 0)
-            for (int t = 0; t < tiles; t++)
-                if (reinterpret_cast<const u32*>(ws.data())[t] != 0) return 5;
 #endif
         fwrite(out.data(), 1, out.size(), o);
     }

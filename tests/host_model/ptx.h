@@ -54,42 +54,6 @@ inline uint4 ldg_stream(const u8* p) {
 inline void st_cg(float* p, float v) { *p = v; }
 inline float ld_cg(const float* p) { return *p; }
 
-// ---- release / acquire ------------------------------------------------------------------
-inline u32 atom_add_acq_rel_gpu(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
-
-// ---- named barriers ---------------------------------------------------------------------
-// bar.sync / bar.red.or.pred on barrier `id` of `count` threads: a generation barrier per id
-// (the blocks run one at a time, so each starts with every barrier empty), OR-ing `p` over
-// a generation; a waiter reads its generation's result before the next one can complete
-// (that needs the waiter's own arrival).
-struct HostNamedBarrier {
-    std::mutex m;
-    std::condition_variable cv;
-    int arrived = 0;
-    unsigned gen = 0;
-    bool any = false, result = false;
-};
-inline HostNamedBarrier host_named_barriers[16];
-
-inline bool bar_sync_or(int id, int count, bool p) {
-    if (id < 0 || id > 15 || count <= 0 || count % 32 != 0) __builtin_trap();
-    HostNamedBarrier& b = host_named_barriers[id];
-    std::unique_lock<std::mutex> l(b.m);
-    const unsigned g = b.gen;
-    b.any = b.any || p;
-    if (++b.arrived == count) {
-        b.result = b.any;
-        b.any = false;
-        b.arrived = 0;
-        b.gen++;
-        b.cv.notify_all();
-        return b.result;
-    }
-    b.cv.wait(l, [&] { return b.gen != g; });
-    return b.result;
-}
-inline void bar_sync(int id, int count) { bar_sync_or(id, count, false); }
-
 // ---- warp-wide matrix loads and MMAs ----------------------------------------------------
 // ldmatrix.sync.aligned.m8n8.x4.b16: lanes 8i..8i+7 give the row addresses of matrix i; lane
 // l receives, of each matrix, the 4 bytes of row l / 4 at byte 4 * (l % 4).

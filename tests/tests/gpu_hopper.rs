@@ -339,28 +339,6 @@ fn widths_for_the_sanitizers() {
     );
 }
 
-/// Stream-K (every M of 1..=16, the plan's widest 64-row tile or 32 columns fixed): CTAs
-/// sharing tiles' K blocks, the last part summing a tile's parts inside the launch, on
-/// ragged layers (the direct and the staged partial stores, bias), and a layer of two K
-/// blocks in one tile (two CTAs, each one part); each result against the f64 reference, each
-/// call repeated and required bit-identical (the tile counters reset themselves), and the
-/// same calls with K splits capped at 1 (no stream-K).
-#[test]
-fn stream_k_matches_the_reference_at_every_m_to_16() {
-    let Some(gpu) = hopper("stream_k_matches_the_reference_at_every_m_to_16") else {
-        return;
-    };
-    let mut tiny = LayerConfig::block_128(100, 200, DType::Bf16, DType::F32);
-    tiny.bias = true;
-    let layers = [
-        LayerConfig::block_128(1940, 1104, DType::Bf16, DType::Bf16),
-        LayerConfig::block_128(520, 1100, DType::Bf16, DType::F16),
-        tiny,
-    ];
-    let ms: Vec<usize> = (1..=16).collect();
-    check_tiles(&gpu, &layers, &[None], &[None, Some(32)], &[None], &ms);
-}
-
 /// The tall tiles alone (192 and 256 rows), on two ragged layers (direct stores; the staged
 /// epilogue with bias): the small case the race and sync checkers run.
 #[test]

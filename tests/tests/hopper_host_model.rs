@@ -6,8 +6,7 @@
 //! producer / math warpgroup protocol of the stage ring (a wrong barrier count or phase hangs
 //! or traps), the persistent walk over work units (a few CTAs, several units each), every tile
 //! height (64, 128, 192, 256 rows; the two-set and one-set math loops), narrow, wide and
-//! unaligned tile widths, K splits and their in-order sum, stream-K (parts of tiles summed
-//! inside the launch by the last one, the tile counters back at zero), the staged and the direct
+//! unaligned tile widths, K splits and their in-order sum, the staged and the direct
 //! epilogue, rows past M in partial tiles and warpgroups, bias, f32 / f16 / bf16 output and
 //! 64x64 blocks, each output against the f64 reference of the same quantized activations, and
 //! reruns (the CTAs in another order) bit-identical. Clusters of CTAs are not modelled. Skips
@@ -33,8 +32,7 @@ struct Module {
     calls: &'static [Call],
 }
 
-/// One call: M x N x K on `bm` x `bn` tiles, K in `splits` parts (0: stream-K), `ctas`
-/// persistent CTAs.
+/// One call: M x N x K on `bm` x `bn` tiles, K in `splits` parts, `ctas` persistent CTAs.
 struct Call {
     m: usize,
     n: usize,
@@ -85,31 +83,12 @@ const MODULES: [Module; 3] = [
                 bias: true,
                 ..call(300, 264, 500, (256, 128), 1)
             },
-            // Stream-K: 5 tiles of 9 K blocks over 7 CTAs (up to 3 parts a tile), the last
-            // tile 44 columns wide, staged partial sums.
-            Call {
-                bias: true,
-                ctas: 7,
-                ..call(1, 300, 1100, (64, 64), 0)
-            },
-            // Stream-K over unaligned 144-column tiles, rows of 202 (direct partial stores).
-            Call {
-                ctas: 5,
-                ..call(16, 202, 700, (64, 144), 0)
-            },
         ],
     },
     Module {
         block: (128, 128),
         output: DType::F32,
-        calls: &[
-            call(40, 136, 900, (128, 64), 2),
-            // Stream-K on two math warpgroups, the second one's rows all past M.
-            Call {
-                ctas: 5,
-                ..call(20, 136, 900, (128, 64), 0)
-            },
-        ],
+        calls: &[call(40, 136, 900, (128, 64), 2)],
     },
     Module {
         block: (64, 64),
@@ -119,12 +98,6 @@ const MODULES: [Module; 3] = [
             Call {
                 bias: true,
                 ..call(33, 136, 300, (64, 64), 2)
-            },
-            // Stream-K, 64x64 blocks.
-            Call {
-                bias: true,
-                ctas: 4,
-                ..call(9, 136, 700, (64, 64), 0)
             },
         ],
     },
@@ -154,15 +127,9 @@ fn run_call(model: &HostModel, module: &Module, c: &Call, tag: &str) {
     }
     let bias: Vec<f32> = (0..n).map(|j| (j % 5) as f32 * 0.5 - 1.0).collect();
     let kb = k.div_ceil(128);
-    let tiles = m.div_ceil(c.bm) * n.div_ceil(c.bn);
-    // Stream-K: one unit per (tile, K block) step.
-    let (splits, kbps, units) = match c.splits {
-        0 => (0, kb, tiles * kb),
-        s => {
-            let kbps = kb.div_ceil(s);
-            (kb.div_ceil(kbps), kbps, tiles * kb.div_ceil(kbps))
-        }
-    };
+    let kbps = kb.div_ceil(c.splits);
+    let splits = kb.div_ceil(kbps);
+    let units = m.div_ceil(c.bm) * n.div_ceil(c.bn) * splits;
     let params = [
         m,
         n,
@@ -231,14 +198,9 @@ fn the_hopper_kernel_source_runs_on_the_host_model() {
     );
 }
 
-/// The two-set and the two-wave loops and stream-K on two warpgroups under the thread
-/// sanitizer: the stage ring's mbarrier hand-offs, the scale warp's copies, the staged
-/// epilogue's shared buffers and the named barrier of the parts' sum.
+/// The two-set and the two-wave loops under the thread sanitizer: the stage ring's mbarrier
+/// hand-offs, the scale warp's copies and the staged epilogue's shared buffers.
 #[test]
 fn the_hopper_kernel_has_no_shared_memory_race() {
-    run_modules(
-        "thread",
-        "hopper-tsan",
-        &[(0, Some(2)), (0, Some(5)), (1, Some(1))],
-    );
+    run_modules("thread", "hopper-tsan", &[(0, Some(2)), (0, Some(5))]);
 }

@@ -31,29 +31,25 @@ __device__ __forceinline__ void store2_bias(void* out, long long idx, const floa
     store2<OUT>(out, idx, v0, v1, both, pair_ok);
 }
 
-// Split K: whether this block's part is the last of the `arrivals` parts that add to output
-// tile `tile` to finish, by an atomic counter per tile that is zero between calls: the last
-// part resets it right after its arrival (every other part has arrived, so the count is
-// complete; the next call on the stream starts after this one ends). The `count` threads
-// of the part meet at named barrier `id` (0 with every thread of the block: the whole
-// block) once each one's share of the part's results is in global memory (every one of
-// them calls it, uniformly); the `leader` counts with a release-acquire add at GPU scope
-// (the pattern of CUTLASS's split-K semaphores: the release is cumulative over the stores
-// the barrier ordered before it; in the last part the acquire makes the other parts'
-// results visible), and the second barrier tells every thread. The caller then reads the
-// other parts' results (in whatever order it sums them).
-__device__ __forceinline__ bool last_part(u32* counters, u32 tile, u32 arrivals, int id, int count,
-                                          bool leader) {
-    bar_sync(id, count);
-    bool last = false;
-    if (leader) {
-        last = atom_add_acq_rel_gpu(&counters[tile], 1u) == arrivals - 1;
-        if (last) counters[tile] = 0;  // ready for the next call on the stream
-    }
-    return bar_sync_or(id, count, last);
-}
-
-// last_part of a whole block (thread 0 counts).
+// Split K: whether this block is the last of the `arrivals` blocks that add to output tile
+// `tile` to finish, by an atomic counter per tile that is zero between calls: the last
+// block resets it right after its arrival (every other block has arrived, so the count is
+// complete; the next call on the stream starts after this one ends). Every thread of the
+// block calls it once its part of the block's results is in global memory (uniformly: it
+// holds two barriers); one lane publishes them (ordered before it by the first barrier; the
+// fence is cumulative) and, in the last block, acquires the other blocks' before the second
+// barrier. The caller then reads the other blocks' results (in whatever order it sums them).
 __device__ __forceinline__ bool last_split(u32* counters, u32 tile, u32 arrivals) {
-    return last_part(counters, tile, arrivals, 0, blockDim.x, threadIdx.x == 0);
+    __shared__ u32 last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&counters[tile], 1u) == arrivals - 1;
+        if (last) {
+            __threadfence();
+            counters[tile] = 0;  // ready for the next call on the stream
+        }
+    }
+    __syncthreads();
+    return last;
 }

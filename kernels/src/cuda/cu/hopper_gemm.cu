@@ -31,13 +31,7 @@
 // layer's copy may pad them), Kbs = ceil(K / SBK). Stores
 // are masked. With more than one K split (tiles of at most 128 rows), split s stores its
 // partial sums to ws[s][M][N] (every valid element of its tile) and `hopper_finalize_*`
-// sums the splits in order (deterministic). Stream-K (splits = 0, dense, no cluster; tiles
-// of at most 128 rows): the grid's CTAs take equal runs of the (tile, K block) steps,
-// tile-major, so every SM streams the same bytes whatever the tile count; a tile that two or
-// more CTAs share gets one part from each, stored to ws as u32 counters[round4(tiles)]
-// (zero between calls) then f32 parts[p][M][N], and the part that finishes last sums the
-// tile's parts in order (deterministic) inside the launch. The output is of dtype
-// HOPPER_OUT, fixed per module.
+// sums the splits in order (deterministic). The output is of dtype HOPPER_OUT, fixed per module.
 //
 // Grouped (a module compiled with -DHOPPER_GROUPED: `hopper_grouped_*` kernels instead of the
 // dense ones): E experts' weights stacked, B [E * N, ldk] and Bs [E * ceil(N/SBN), ldbs], bias
@@ -138,23 +132,14 @@ __device__ __forceinline__ void prefetch_tensormap(const TmaDesc* map) {
 // cluster (CTA `rank` takes the rank-th), and the clusters walk the units round-robin.
 // A unit's rows are m0 .. min(m0 + BM, mend) (mend: M, or its segment's end when grouped) of
 // expert e (0 when dense).
-// `tile`: the unit's output tile (dense: n block * m blocks + m block); K blocks kb0 .. kb1
-// of it are the `sp`-th of the `parts` parts that add to the tile (1: the whole tile).
 struct Unit {
-    int m0, mend, e, nb, kb0, kb1, sp, parts, tile;
+    int m0, mend, e, nb, kb0, kb1, sp;
 };
 struct Seg {
     int e, r0, rows;
 };
 struct Sched {
     int num_mc, splits, kbps, Kb, bm, cl, rank, first, step, units, M;
-    // Stream-K (dense, no cluster): the `step` CTAs share the tiles' (tile, K block) steps,
-    // `units` of them, tile-major: CTA c takes steps [c units / step, (c + 1) units / step).
-    bool sk;
-    // The CTA that takes step i (stream-K).
-    __device__ __forceinline__ int owner(int i) const {
-        return (int)(((long long)(i + 1) * step - 1) / units);
-    }
     // Grouped: the segments (expert, first row, rows) or the masked counts, and the tiles
     // across N.
     const int* segs;
@@ -177,24 +162,6 @@ struct Sched {
         r.kb0 = sp * kbps;
         r.kb1 = min(Kb, r.kb0 + kbps);
         r.sp = sp;
-        r.parts = splits;
-        r.tile = t;
-        return r;
-    }
-    // Stream-K: the unit of the steps i .. end (exclusive) of one CTA that starts at step i:
-    // the rest of step i's tile, up to `end`.
-    __device__ __forceinline__ Unit at_step(int i, int end) const {
-        const int t = i / Kb, s0 = t * Kb;
-        Unit r;
-        r.nb = t / num_mc;
-        r.m0 = (t % num_mc) * bm;
-        r.mend = M;
-        r.e = 0;
-        r.kb0 = i - s0;
-        r.kb1 = min(Kb, r.kb0 + (end - i));
-        r.sp = owner(i) - owner(s0);
-        r.parts = owner(s0 + Kb - 1) - owner(s0) + 1;
-        r.tile = t;
         return r;
     }
 };
@@ -202,17 +169,11 @@ struct Sched {
 // A role's walk over its units: first, first + step, ... (every role of a CTA walks the
 // same ones). Grouped (G), unit u is tile u - before of the segment whose tiles cover it
 // (`before`: the tiles of the segments ahead of it), tiles of one column block adjacent; the
-// walk only moves forward, so each segment is read once per role. Stream-K, the CTA's steps
-// from `u` to `end`, a unit per tile they touch.
+// walk only moves forward, so each segment is read once per role.
 template <bool G> struct Walk {
     const Sched& sc;
-    int u, s = 0, before = 0, end = 0;
-    __device__ __forceinline__ explicit Walk(const Sched& sched) : sc(sched), u(sched.first) {
-        if (!G && sc.sk) {
-            u = (int)((long long)sc.first * sc.units / sc.step);
-            end = (int)((long long)(sc.first + 1) * sc.units / sc.step);
-        }
-    }
+    int u, s = 0, before = 0;
+    __device__ __forceinline__ explicit Walk(const Sched& sched) : sc(sched), u(sched.first) {}
     __device__ __forceinline__ bool next(Unit& w) {
         if constexpr (G) {
             Seg g{0, 0, 0};
@@ -232,13 +193,6 @@ template <bool G> struct Walk {
             w.kb0 = 0;
             w.kb1 = sc.Kb;
             w.sp = 0;
-            w.parts = 1;
-            w.tile = 0;
-        } else if (sc.sk) {
-            if (u >= end) return false;
-            w = sc.at_step(u, end);
-            u += w.kb1 - w.kb0;
-            return true;
         } else {
             if (u >= sc.units) return false;
             w = sc.at(u);
@@ -402,55 +356,6 @@ __device__ __forceinline__ void store_totals(void* __restrict__ out, const float
         }
 }
 
-// Stream-K: the tile of unit `w` summed over its `w.parts` partial tiles (f32 [M, N] each
-// from `ws`, in part order: the same sum whichever part finished last) + bias, stored in
-// output dtype OUT, rows past w.mend and columns past N skipped; spread over `count` threads
-// (this one the t-th), U elements each per pass. The loads carry no branch (a thread's
-// elements past the tile read its first one, parts past the last read the last one; both
-// are added as zeros) and go out SB parts at a time: U x SB loads in flight per thread,
-// where loads under a branch each waited for the one before (the whole tile's sum at 16
-// rows took 30 us on the H100).
-template <int OUT, int BM, int BN>
-__device__ __forceinline__ void sum_parts(void* __restrict__ out, const float* __restrict__ ws,
-                                          const Unit& w, const float* __restrict__ bias, int M,
-                                          int N, int t, int count) {
-    constexpr int U = 8, SB = 4;
-    const int c0 = w.nb * BN, cols = min(BN, N - c0), rows = min(BM, w.mend - w.m0);
-    const int total = rows * cols;
-    const long long mn = (long long)M * N;
-    for (int base = t; base < total; base += U * count) {
-        long long off[U];
-        float v[U];
-#pragma unroll
-        for (int j = 0; j < U; ++j) {
-            const int i = base + j * count, e = i < total ? i : 0;
-            off[j] = (long long)(w.m0 + e / cols) * N + c0 + e % cols;
-            v[j] = 0.f;
-        }
-        for (int s0 = 0; s0 < w.parts; s0 += SB) {
-            float x[SB][U];
-#pragma unroll
-            for (int q = 0; q < SB; ++q) {
-                const float* p = ws + min(s0 + q, w.parts - 1) * mn;
-#pragma unroll
-                for (int j = 0; j < U; ++j) x[q][j] = __ldcg(p + off[j]);
-            }
-#pragma unroll
-            for (int q = 0; q < SB; ++q)
-#pragma unroll
-                for (int j = 0; j < U; ++j) v[j] += s0 + q < w.parts ? x[q][j] : 0.f;
-        }
-#pragma unroll
-        for (int j = 0; j < U; ++j) {
-            const int i = base + j * count;
-            if (i < total) {
-                const int c = c0 + i % cols;
-                store2_bias<OUT>(out, off[j], bias, c, v[j], 0.f, false, false);
-            }
-        }
-    }
-}
-
 // Bytes of one math warp's epilogue buffer (after the stages' barriers; EPI_WARP_BYTES on
 // the host): 8 rows x 64 bytes of output.
 #define EPI_BYTES 512
@@ -528,7 +433,7 @@ __device__ __forceinline__ void store_staged(void* __restrict__ out, const float
 template <int NWG, int WAVES, int STAGES, int BN, int CL, bool G>
 __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars, const Sched& sc,
                                      void* __restrict__ out, float* __restrict__ ws,
-                                     u32* __restrict__ cnt, const float* __restrict__ bias_all,
+                                     const float* __restrict__ bias_all,
                                      const float* __restrict__ rw, int M, int N, bool split) {
     constexpr int BM = 64 * NWG * WAVES;
     constexpr int NACC = Cols<BN>::NACC;
@@ -695,14 +600,15 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
             }
         }
     epilogue:
+        if (live == 0) continue;
         int wrow[WAVES];  // the warp's first row in each wave
 #pragma unroll
         for (int v = 0; v < WAVES; ++v) wrow[v] = r0[v] - lane / 4;
         // (Tiles of more than 128 rows are never split: the host plans them with one split,
         // and the reduction's registers would spill.)
         if constexpr (BM <= 128 && WAVES == 1) {
-            // This part's partial sums, to part `sp` of the workspace.
-            auto store_part = [&]() {
+            if (split) {
+                // This split's partial sums; `hopper_finalize_*` adds the splits in order.
                 float* p = ws + (long long)w.sp * M * N;
                 if (N % 4 == 0)
                     store_staged<0, WAVES, NACC>(p, tot, wrow, w.nb * BN, nullptr, nullptr, M, N,
@@ -710,23 +616,9 @@ __device__ __forceinline__ void math(u32 sa, u32 sb, const float* scg, u32 bars,
                 else
                     store_tile<NACC>(p, tot[0], r0[0], r1[0], w.nb * BN + col_in, M, N,
                                      (N & 1) == 0);
-            };
-            if (cnt != nullptr && w.parts > 1) {
-                // A stream-K part of the tile: the tile's last part to finish sums them all,
-                // every math thread taking part (the warpgroups without rows too).
-                if (live) store_part();
-                if (last_part(cnt, w.tile, w.parts, 1, 128 * NWG, threadIdx.x == 128))
-                    sum_parts<HOPPER_OUT, BM, BN>(out, ws, w, bias, M, N, threadIdx.x - 128,
-                                                  128 * NWG);
-                continue;
-            }
-            if (split && live) {
-                // `hopper_finalize_*` adds the splits in order.
-                store_part();
                 continue;
             }
         }
-        if (live == 0) continue;
         if (staged) {
             store_staged<HOPPER_OUT, WAVES, NACC>(out, tot, wrow, w.nb * BN, bias, rw, w.mend, N,
                                                   ebuf, lane);
@@ -783,8 +675,7 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
     sc.rank = CL > 1 ? (int)cluster_rank() : 0;
     sc.first = blockIdx.x / CL;
     sc.step = gridDim.x / CL;
-    sc.sk = !G && splits == 0;
-    sc.units = sc.sk ? num_m * num_n * Kb : sc.num_mc * num_n * splits;
+    sc.units = sc.num_mc * num_n * splits;
     sc.M = M;
     sc.segs = segs;
     sc.counts = counts;
@@ -854,11 +745,8 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
                                             threadIdx.x % 32);
         }
     } else {
-        // Stream-K: the tiles' counters (4-word aligned), then the parts' partial tiles.
-        u32* cnt = sc.sk ? reinterpret_cast<u32*>(ws) : nullptr;
-        float* parts = sc.sk ? ws + ((num_m * num_n + 3) & ~3) : ws;
-        math<NWG, WAVES, STAGES, BN, CL, G>(sa, sb, scg, bars, sc, out, parts, cnt, bias,
-                                            G ? rw : nullptr, M, N, !G && splits > 1);
+        math<NWG, WAVES, STAGES, BN, CL, G>(sa, sb, scg, bars, sc, out, ws, bias, G ? rw : nullptr,
+                                            M, N, !G && splits > 1);
     }
     // No CTA leaves while a peer may still multicast into it or arrive on its barriers.
     if constexpr (CL > 1) cluster_sync();

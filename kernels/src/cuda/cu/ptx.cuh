@@ -93,40 +93,6 @@ __device__ __forceinline__ void griddep_wait() {
 #endif
 }
 
-// ---- release / acquire ------------------------------------------------------------------
-// atomicAdd at GPU scope with release and acquire semantics (atom.acq_rel.gpu): the memory
-// accesses before it (and, cumulatively, those ordered before it by a barrier) are visible
-// to a thread that acquires this add's result, and the accesses after it see everything
-// released to the value it read. Returns the old value.
-__device__ __forceinline__ u32 atom_add_acq_rel_gpu(u32* p, u32 v) {
-    u32 old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
-                 : "=r"(old)
-                 : "l"(p), "r"(v)
-                 : "memory");
-    return old;
-}
-
-// ---- named barriers ---------------------------------------------------------------------
-// Barrier `id` (0-15) of `count` threads (a multiple of 32; id 0 with every thread of the
-// block is __syncthreads): the threads' memory accesses before it are ordered before those
-// after it, among them.
-__device__ __forceinline__ void bar_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-
-// bar_sync that also returns whether `p` held in any of the `count` threads.
-__device__ __forceinline__ bool bar_sync_or(int id, int count, bool p) {
-    u32 r;
-    asm volatile(
-        "{ .reg .pred p, q; setp.ne.u32 p, %1, 0; bar.red.or.pred q, %2, %3, p; selp.u32 %0, "
-        "1, 0, q; }"
-        : "=r"(r)
-        : "r"((u32)p), "r"(id), "r"(count)
-        : "memory");
-    return r != 0;
-}
-
 // ---- addresses --------------------------------------------------------------------------
 // The shared-state-space address of a pointer into shared memory.
 __device__ __forceinline__ u32 smem_u32(const void* p) {

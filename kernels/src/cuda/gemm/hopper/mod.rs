@@ -49,7 +49,7 @@ use crate::cuda::skeleton::scratch::Scratch;
 /// The Hopper module specs (compiled for `sm_90a`), registered in [`crate::cuda::sources`].
 pub use crate::cuda::sources::{hopper_grouped_module, hopper_module};
 pub use grouped::HopperGroupedFp8;
-pub use plan::{plan_tile, stream_k, tile_cost, StreamK, TileChoice, STREAM_K_MAX_M};
+pub use plan::{plan_tile, tile_cost, TileChoice};
 
 use variants::{has_tall_tile, has_variant, has_width, smem_bytes, VARIANTS, WIDTHS};
 
@@ -321,18 +321,12 @@ impl Recipe for State {
     fn reserve(&mut self, call: Call<'_>, p: &Plan) -> Result<u64, KernelError> {
         let (c, gpu, m) = (call.c, call.gpu, call.m);
         self.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
-        // Every split stores every valid element of its tiles: no clearing needed. Stream-K:
-        // the tiles' counters first (zero when allocated, and reset by each call's last
-        // parts), 4-word aligned, then the parts.
-        let len = match (p.stream_k, p.splits) {
-            (Some(parts), _) => (m * c.n).checked_mul(parts).and_then(|l| {
-                let v = &self.variants[p.variant];
-                l.checked_add((m.div_ceil(v.bm) * c.n.div_ceil(v.bn)).div_ceil(4) * 4)
-            }),
-            (None, 1) => Some(0),
-            (None, s) => (m * c.n).checked_mul(s),
+        // Every split stores every valid element of its tiles: no clearing needed.
+        let len = match p.splits {
+            1 => Some(0),
+            s => (m * c.n).checked_mul(s),
         };
-        call.workspace(NAME, &mut self.ws, len, p.stream_k.unwrap_or(p.splits))
+        call.workspace(NAME, &mut self.ws, len, p.splits)
     }
 
     fn keep_retired(&mut self, max_m: usize) {
@@ -377,13 +371,7 @@ impl Recipe for State {
         let bsptr = st.block.weights.scales.ptr();
         let ldbs = st.block.weights.scale_ld(c) as i32;
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-        // (The kernel's stream-K is `splits` = 0.)
-        let splitsi = if p.stream_k.is_some() {
-            0
-        } else {
-            splits as i32
-        };
-        let kbpsi = kbps as i32;
+        let (kbpsi, splitsi) = (kbps as i32, splits as i32);
         let tb = v.tb;
         let threads = 128 * (v.math_wgs + 1);
         let sms = gpu.device().sm_count.max(1) as usize;
@@ -391,12 +379,8 @@ impl Recipe for State {
         // cluster, `p.units` counting clusters' units).
         let ctas = p.units.min(sms / v.cluster) * v.cluster;
         let cfg = grid((ctas as u32, 1, 1), threads, v.smem);
-        let ksplit = match p.stream_k {
-            Some(parts) => format!("stream-K, up to {parts} parts a tile"),
-            None => format!("{splits} splits"),
-        };
         let what = format_args!(
-            "hopper_gemm (BM={}, BN={}, cluster {}, {ksplit})",
+            "hopper_gemm (BM={}, BN={}, cluster {}, {splits} splits)",
             v.bm, v.bn, v.cluster
         );
         // Development trace (feature `dev-sources`, FP8_LINEAR_TRACE set): each distinct
@@ -404,15 +388,7 @@ impl Recipe for State {
         #[cfg(feature = "dev-sources")]
         if std::env::var_os("FP8_LINEAR_TRACE").is_some() {
             static SEEN: std::sync::Mutex<Vec<[usize; 7]>> = std::sync::Mutex::new(Vec::new());
-            let key = [
-                m,
-                n,
-                k,
-                v.bm,
-                v.bn,
-                p.stream_k.map_or(splits, |parts| 100 + parts),
-                usize::from(overlap),
-            ];
+            let key = [m, n, k, v.bm, v.bn, splits, usize::from(overlap)];
             let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
             if !seen.contains(&key) {
                 seen.push(key);
@@ -424,10 +400,9 @@ impl Recipe for State {
         // bytes of codes at `q`, from the quantization) and B (n x ldk bytes of the weight
         // codes, boxes of the variant's width); the kernels store the layer's output dtype;
         // As holds ceil(k/C)*m floats, Bs ceil(n/R) rows of ldbs >= ceil(k/C) floats, out
-        // m*n elements, ws splits*m*n floats when split, or when stream-K a zeroed u32
-        // counter per tile (4-word aligned: `reserve`) then parts*m*n floats, `parts`
-        // counted for this grid of `ctas` over `p.units` steps as the kernel counts them;
-        // the kernel masks every store and TMA zero-fills out-of-bounds boxes. Overlapped (never for given codes): the kernel before it on
+        // m*n elements, ws splits*m*n floats when split; the kernel masks every store and
+        // TMA zero-fills
+        // out-of-bounds boxes. Overlapped (never for given codes): the kernel before it on
         // the stream is the quantization just enqueued, and the kernel waits for it
         // (griddep_wait) before it reads the codes or the activation scales and so before
         // anything it writes; what it reads before (weight codes) was written before that
@@ -508,10 +483,7 @@ struct Plan {
     variant: usize,
     splits: usize,
     kb_per_split: usize,
-    /// Work units: tiles times splits, or stream-K's (tile, K block) steps.
     units: usize,
-    /// Stream-K ([`stream_k`]): the most parts a tile has (`splits` is then 1).
-    stream_k: Option<usize>,
     /// Launched overlapped with the quantization before it (programmatic dependent launch).
     overlap: bool,
 }
@@ -540,27 +512,8 @@ fn launch_plan(variants: &[Variant], c: &LayerConfig, gpu: &Gpu, knobs: Knobs, m
             .map(|v| (v.bm, v.bn))
             .collect();
     }
-    let want = cluster.unwrap_or(1);
-    // Stream-K at up to STREAM_K_MAX_M rows, unless the options ask for clusters or a
-    // tile would get more parts than the K split cap (1: no stream-K; a layer of few tiles
-    // and long K, where one SM would sum many parts, takes the tiles and splits below).
-    if let Some(sk) = stream_k(m, c.n, c.k, sms, &tiles)
-        .filter(|sk| sk.parts <= max_splits.max(1) && want == 1 && stream_k_allowed())
-    {
-        let variant = variants
-            .iter()
-            .position(|v| v.bm == sk.bm && v.bn == sk.bn && v.cluster == 1)
-            .expect("stream_k picks among the layer's variants");
-        return Plan {
-            variant,
-            splits: 1,
-            kb_per_split: c.k.div_ceil(128).max(1),
-            units: sk.steps,
-            stream_k: Some(sk.parts),
-            overlap,
-        };
-    }
     let t = plan_tile(m, c.n, c.k, sms, &tiles, max_splits);
+    let want = cluster.unwrap_or(1);
     let variant = variants
         .iter()
         .position(|v| v.bm == t.bm && v.bn == t.bn && v.cluster == want)
@@ -577,20 +530,8 @@ fn launch_plan(variants: &[Variant], c: &LayerConfig, gpu: &Gpu, knobs: Knobs, m
         splits: t.splits,
         kb_per_split: t.kb_per_split,
         units: tiles * t.splits,
-        stream_k: None,
         overlap,
     }
-}
-
-/// Whether calls may be planned as stream-K: always, but for the development knob
-/// `FP8_LINEAR_NO_STREAM_K` (feature `dev-sources`), which times the tiles and K splits of
-/// [`plan_tile`] instead in the same binary.
-fn stream_k_allowed() -> bool {
-    #[cfg(feature = "dev-sources")]
-    if std::env::var_os("FP8_LINEAR_NO_STREAM_K").is_some() {
-        return false;
-    }
-    true
 }
 
 #[cfg(test)]

@@ -97,64 +97,6 @@ pub fn tile_cost(
     Some((t, choice))
 }
 
-/// The most rows a call is planned as stream-K ([`stream_k`]) instead of [`plan_tile`]'s
-/// tiles and K splits: above it (64 to 128 rows) the in-launch sum of a tile's parts by one
-/// SM measured up to 12 us slower on the H200 than the separate in-order sum kernel.
-pub const STREAM_K_MAX_M: usize = 16;
-
-/// A stream-K launch: the CTAs share the (tile, 128-long K block) steps of `bm` x `bn`
-/// tiles equally, tile-major; a tile that several CTAs share gets one part from each, summed
-/// in order inside the launch by the part that finishes last.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct StreamK {
-    /// Tile rows (64).
-    pub bm: usize,
-    /// Tile columns.
-    pub bn: usize,
-    /// Persistent CTAs (one per SM, at most one per step).
-    pub ctas: usize,
-    /// (tile, K block) steps.
-    pub steps: usize,
-    /// The most parts any tile has (1: no tile is shared).
-    pub parts: usize,
-}
-
-/// The stream-K launch of `m` rows (at most [`STREAM_K_MAX_M`]) of an `n` x `k` layer on
-/// `sms` SMs among `tiles`, or None above that many rows or without a 64-row tile: the widest
-/// 64-row tile, whose stage ring holds the most weight bytes in flight per SM (at most 16
-/// rows, the tile is nearly all weight), since every SM gets the same steps whatever the
-/// tile count.
-pub fn stream_k(
-    m: usize,
-    n: usize,
-    k: usize,
-    sms: usize,
-    tiles: &[(usize, usize)],
-) -> Option<StreamK> {
-    if m == 0 || m > STREAM_K_MAX_M {
-        return None;
-    }
-    let bn = tiles.iter().filter(|t| t.0 == 64).map(|t| t.1).max()?;
-    let kb = k.div_ceil(128).max(1);
-    let num_n = n.div_ceil(bn).max(1);
-    let steps = num_n.checked_mul(kb)?;
-    let ctas = steps.min(sms.max(1));
-    // The CTA that takes step i (as the kernel's `owner`): CTA c takes steps
-    // [c steps / ctas, (c + 1) steps / ctas).
-    let owner = |i: usize| ((i as u128 + 1) * ctas as u128 - 1) / steps as u128;
-    let parts = (0..num_n)
-        .map(|t| (owner(t * kb + kb - 1) - owner(t * kb) + 1) as usize)
-        .max()
-        .unwrap_or(1);
-    Some(StreamK {
-        bm: 64,
-        bn,
-        ctas,
-        steps,
-        parts,
-    })
-}
-
 /// The launch shape for `m` rows of an `n` x `k` layer on `sms` SMs among `tiles` (the
 /// (rows, columns) the layer has), at most `max_splits` K splits (<= 16): the least modelled
 /// time ([`tile_cost`]: per wave of persistent CTAs, each K block takes the longest of its
@@ -230,46 +172,6 @@ mod tests {
             .filter(|v| v.2 == 1 && has_variant(v, (128, 128)))
             .map(|v| (v.0, v.1))
             .collect()
-    }
-
-    #[test]
-    fn stream_k_shares_the_steps_and_counts_each_tiles_parts() {
-        let tiles = all_tiles();
-        // Above 16 rows, or without a 64-row tile: none.
-        assert_eq!(stream_k(17, 4096, 7168, 132, &tiles), None);
-        assert_eq!(stream_k(0, 4096, 7168, 132, &tiles), None);
-        assert_eq!(stream_k(1, 4096, 7168, 132, &[(128, 128)]), None);
-        for (m, n, k, sms) in [
-            (1, 4096, 7168, 132),
-            (16, 7168, 2048, 132),
-            (1, 100, 200, 132),
-            (3, 300, 1100, 7),
-            (1, 18432, 7168, 78),
-        ] {
-            let sk = stream_k(m, n, k, sms, &tiles).expect("stream-K up to 16 rows");
-            assert_eq!((sk.bm, sk.bn), (64, 144), "the widest 64-row tile");
-            let (kb, num_n) = (k.div_ceil(128), n.div_ceil(sk.bn));
-            assert_eq!(sk.steps, kb * num_n);
-            assert_eq!(sk.ctas, sk.steps.min(sms));
-            // The kernel's walk: CTA c takes steps [c S / G, (c + 1) S / G), a part of each
-            // tile it touches; count the parts per tile by walking every CTA.
-            let mut parts = vec![0usize; num_n];
-            let mut covered = 0;
-            for c in 0..sk.ctas {
-                let (a, b) = (c * sk.steps / sk.ctas, (c + 1) * sk.steps / sk.ctas);
-                assert!(b > a, "every CTA has a step");
-                covered += b - a;
-                for p in &mut parts[a / kb..=(b - 1) / kb] {
-                    *p += 1;
-                }
-            }
-            assert_eq!(covered, sk.steps);
-            assert_eq!(
-                sk.parts,
-                *parts.iter().max().unwrap(),
-                "{m} {n}x{k} on {sms}"
-            );
-        }
     }
 
     #[test]
