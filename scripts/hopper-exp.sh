@@ -64,24 +64,19 @@ for s in "$@"; do
     kind=${s%%:*}
     rest=${s#*:}
     case "$kind" in
-    bench)
+    bench | decode)
+        # bench: the Hopper bench (every shape and M); decode: the decode bench (M = 1..16)
         name=${rest%%:*}
         envs=""
         [ "$rest" != "$name" ] && envs=${rest#*:}
         # the label names the settings too, so that two benches of one variant keep two logs
-        label="bench-$name"
+        if [ "$kind" = bench ]; then
+            label="bench-$name" bin=hopper extra=HOPPER_BENCH_SHARED_OUT=1
+        else
+            label="bench-decode-$name" bin=decode extra=
+        fi
         [ -n "$envs" ] && label="$label-${envs//[^A-Za-z0-9]/_}"
-        step "$label" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" HOPPER_BENCH_SHARED_OUT=1 \
-            ${envs//,/ } "$U/benches/hopper"
-        ;;
-    decode)
-        # the decode bench (M = 1..16) on .exp/NAME, labelled like bench:
-        name=${rest%%:*}
-        envs=""
-        [ "$rest" != "$name" ] && envs=${rest#*:}
-        label="bench-decode-$name"
-        [ -n "$envs" ] && label="$label-${envs//[^A-Za-z0-9]/_}"
-        step "$label" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" ${envs//,/ } "$U/benches/decode"
+        step "$label" 300 env FP8_LINEAR_CU_DIR="$ROOT/.exp/$name" $extra ${envs//,/ } "$U/benches/$bin"
         ;;
     stamps)
         name=${rest%%:*}
