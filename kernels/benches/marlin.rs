@@ -218,7 +218,8 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
 }
 
 /// `MARLIN_PROFILE="m,n,k;m,n,k"`: two Marlin launches per shape and nothing else, for a
-/// profiler (`ncu -k regex:marlin_w8a16 ...`).
+/// profiler (`ncu -k regex:marlin_w8a16 ...`); `MARLIN_PROFILE_TUNING=i`: under
+/// `MarlinPipeline::SWEEP[i]` instead of the default tuning.
 fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
     let (target, options) = (Target::from_gpu(gpu.clone()), KernelOptions::none());
     for part in spec.split(';').filter(|p| !p.trim().is_empty()) {
@@ -239,6 +240,12 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
             bias: None,
         };
         let mut marlin = MarlinFp8::new(&ctx, MarlinFp8::LAYER_PARAMS).unwrap();
+        if let Some(i) = std::env::var("MARLIN_PROFILE_TUNING")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            marlin.set_tuning(MarlinPipeline::SWEEP[i]).unwrap();
+        }
         marlin.process_weights(&weights).unwrap();
         let x: Vec<bf16> = (0..m * k)
             .map(|i| bf16::from_f32((i % 7) as f32 - 3.0))

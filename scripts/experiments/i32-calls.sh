@@ -40,6 +40,88 @@ prep)
     rm -rf .exp/unpaired && mkdir -p .exp && cp -r "$SRC" .exp/unpaired
     sed -i 's/#define MARLIN_PAIR_MT 4/#define MARLIN_PAIR_MT 16/' .exp/unpaired/marlin.cu
     grep -q '#define MARLIN_PAIR_MT 16' .exp/unpaired/marlin.cu && echo ".exp/unpaired written" ;;
+a) # One call for a scarce machine: gpu_marlin and the host models, the Marlin bench on main's
+   # binary (.exp/main-marlin-bench: `cargo bench --bench marlin --no-run` on main, stripped)
+   # and on the patch's (paired, then .exp/unpaired), the tuning sweep, gpu_grouped; logs
+   # tarred into $OUT/logs.tar.xz (a call returns few files).
+   L=$(mktemp -d)
+   gpu-bundle/run.sh --help >/dev/null 2>&1
+   B=gpu-bundle/unpacked/benches/marlin
+   OUT=$L/t FP8_RUN_TIMEOUT=150 gpu-bundle/run.sh \
+       --only=gpu_marlin,marlin_host_model,marlin_grouped_host_model >/dev/null 2>&1 || true
+   cat "$L/t/summary.txt"
+   for v in main paired unpaired; do
+       case $v in
+       main) timeout 150 .exp/main-marlin-bench >"$L/marlin-$v.log" 2>&1 ;;
+       paired) timeout 150 $B >"$L/marlin-$v.log" 2>&1 ;;
+       unpaired) FP8_LINEAR_CU_DIR=$PWD/.exp/unpaired timeout 150 $B >"$L/marlin-$v.log" 2>&1 ;;
+       esac || echo "bench $v: exit $?"
+       echo "== $v"; sed -n '/^Marlin FP8 W8A16/,$p' "$L/marlin-$v.log" | awk 'NF>8 {print $1, $2, $5, $6, $8, $12}'
+   done
+   MARLIN_SWEEP=1 timeout 90 $B >"$L/marlin-sweep.log" 2>&1 || echo "sweep: exit $?"
+   OUT=$L/g FP8_RUN_TIMEOUT=150 gpu-bundle/run.sh --only=gpu_grouped >/dev/null 2>&1 || true
+   cat "$L/g/summary.txt"
+   tar cJf "$OUTD/logs.tar.xz" -C "$L" . ;;
+b) # The second call: the tuning sweeps of main's binary and the patch's (paired, unpaired),
+   # Nsight Compute of main's kernel and the patch's (default; one range per block) at two
+   # M = 1 layers, then the Marlin bench (criterion needs --bench) on main's and the patch's.
+   L=$(mktemp -d) P=.exp/patched-marlin-bench M0=.exp/main-marlin-bench
+   export FP8_LINEAR_CACHE_DIR=$PWD/kernel-cache PATH=$PATH:/usr/local/cuda/bin
+   MARLIN_SWEEP=1 timeout 90 $M0 >"$L/sweep-main.log" 2>&1 || echo "sweep main: exit $?"
+   MARLIN_SWEEP=1 timeout 90 $P >"$L/sweep-paired.log" 2>&1 || echo "sweep paired: exit $?"
+   MARLIN_SWEEP=1 FP8_LINEAR_CU_DIR=$PWD/.exp/unpaired timeout 90 $P >"$L/sweep-unpaired.log" 2>&1 \
+       || echo "sweep unpaired: exit $?"
+   for v in main paired unpaired; do echo "== sweep $v"; grep -E '^ *[0-9]+x[0-9]+ +M=' "$L/sweep-$v.log"; done
+   NCU="ncu --clock-control none -k regex:marlin --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --metrics sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg,smsp__inst_executed.sum"
+   for shape in 1,18432,7168 1,4096,4096; do
+       for v in main t0 t6; do
+           f="$L/ncu-$v-${shape//,/_}.log"
+           case $v in
+           main) MARLIN_PROFILE=$shape timeout 60 $NCU $M0 >"$f" 2>&1 ;;
+           t0) MARLIN_PROFILE=$shape MARLIN_PROFILE_TUNING=0 timeout 60 $NCU $P >"$f" 2>&1 ;;
+           t6) MARLIN_PROFILE=$shape MARLIN_PROFILE_TUNING=6 timeout 60 $NCU $P >"$f" 2>&1 ;;
+           esac || echo "ncu $v $shape: exit $?"
+           echo "== ncu $v $shape"
+           grep -E 'Duration|DRAM Throughput|Registers Per|Achieved Occ|Grid Size|cycles_active|inst_executed|Issued Warp Per|No Eligible|Warp Cycles Per Issued' "$f" | sed 's/  */ /g'
+       done
+   done
+   for v in main paired; do
+       case $v in main) B=$M0 ;; paired) B=$P ;; esac
+       timeout 150 $B --bench >"$L/bench-$v.log" 2>&1 || echo "bench $v: exit $?"
+       echo "== bench $v"; sed -n '/^Marlin FP8 W8A16/,$p' "$L/bench-$v.log" | awk 'NF>8 && $1 ~ /^[0-9]+$/ {print $1, $2, $5, $6, $8, $10, $11}'
+   done
+   tar cJf "$OUTD/logs.tar.xz" -C "$L" . ;;
+c) # The third call (v2: the next range taken TAKE_LEAD stages before it is needed, ranges of
+   # at least 8 stages, the pieces' sum with 32 loads in flight): the sweeps and the Marlin
+   # bench of main's binary and the patch's (paired, unpaired), Nsight Compute at M = 1, then
+   # gpu_marlin and gpu_grouped, memcheck of both and racecheck of gpu_marlin.
+   L=$(mktemp -d) P=.exp/patched-marlin-bench M0=.exp/main-marlin-bench U=$PWD/.exp/unpaired
+   export FP8_LINEAR_CACHE_DIR=$PWD/kernel-cache PATH=$PATH:/usr/local/cuda/bin
+   gpu-bundle/run.sh --help >/dev/null 2>&1
+   MARLIN_SWEEP=1 timeout 90 $M0 >"$L/sweep-main.log" 2>&1 || echo "sweep main: exit $?"
+   MARLIN_SWEEP=1 timeout 90 $P >"$L/sweep-paired.log" 2>&1 || echo "sweep paired: exit $?"
+   MARLIN_SWEEP=1 FP8_LINEAR_CU_DIR=$U timeout 90 $P >"$L/sweep-unpaired.log" 2>&1 || echo "sweep unpaired: exit $?"
+   for v in main paired unpaired; do echo "== sweep $v"; grep -E '^ *[0-9]+x[0-9]+ +M=' "$L/sweep-$v.log"; done
+   for v in main paired unpaired; do
+       case $v in main) timeout 150 $M0 --bench ;; paired) timeout 150 $P --bench ;;
+       unpaired) FP8_LINEAR_CU_DIR=$U timeout 150 $P --bench ;; esac >"$L/bench-$v.log" 2>&1 || echo "bench $v: exit $?"
+       echo "== bench $v"; sed -n '/^Marlin FP8 W8A16/,$p' "$L/bench-$v.log" | awk 'NF>8 && $1 ~ /^[0-9]+$/ {print $1, $2, $5, $6, $8, $10, $11}'
+   done
+   NCU="ncu --clock-control none -k regex:marlin --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --metrics sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg,smsp__inst_executed.sum"
+   for shape in 1,18432,7168 1,4096,4096; do
+       for v in main v2; do
+           f="$L/ncu-$v-${shape//,/_}.log"
+           case $v in main) B=$M0 ;; v2) B=$P ;; esac
+           MARLIN_PROFILE=$shape timeout 60 $NCU $B >"$f" 2>&1 || echo "ncu $v $shape: exit $?"
+           echo "== ncu $v $shape"
+           grep -E 'Duration|DRAM Throughput|Registers Per|cycles_active|inst_executed' "$f" | sed 's/  */ /g' | tr '\n' ';'; echo
+       done
+   done
+   tar cJf "$OUTD/perf.tar.xz" -C "$L" .
+   OUT=$L/t FP8_RUN_TIMEOUT=100 FP8_RUN_BUDGET=${FP8_RUN_BUDGET:-240} gpu-bundle/run.sh \
+       --only=gpu_marlin,gpu_grouped --memcheck --racecheck=gpu_marlin >/dev/null 2>&1 || true
+   cat "$L/t/summary.txt"
+   tar cJf "$OUTD/tests.tar.xz" -C "$L" t ;;
 1) OUT=$OUTD FP8_RUN_BUDGET=${FP8_RUN_BUDGET:-520} gpu-bundle/run.sh \
        --only=gpu_marlin,gpu_grouped,marlin_host_model,marlin_grouped_host_model --memcheck \
        --racecheck=gpu_marlin,gpu_grouped ;;
@@ -52,5 +134,5 @@ prep)
    MARLIN_SWEEP=1 timeout 180 $B > "$OUTD/marlin-sweep.log" 2>&1 || echo "sweep: exit $?"
    for f in paired unpaired; do echo "== $f"; sed -n '/^Marlin FP8 W8A16/,$p' "$OUTD/marlin-$f.log" | grep -E 'M +N x K| (32|64) '; done ;;
 3) OUT=$OUTD gpu-bundle/run.sh --no-tests --bench=moe ;;
-*) echo "usage: $0 prep|1|2|3 (prep here, the calls on the GPU host, after git apply of the patch and the bundle)"; exit 2 ;;
+*) echo "usage: $0 prep|a|b|c|1|2|3 (prep here, the calls on the GPU host, after git apply of the patch and the bundle)"; exit 2 ;;
 esac
