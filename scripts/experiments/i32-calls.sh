@@ -122,6 +122,38 @@ c) # The third call (v2: the next range taken TAKE_LEAD stages before it is need
        --only=gpu_marlin,gpu_grouped --memcheck --racecheck=gpu_marlin >/dev/null 2>&1 || true
    cat "$L/t/summary.txt"
    tar cJf "$OUTD/tests.tar.xz" -C "$L" t ;;
+d) # The fourth call: main's Marlin with only the cut stripe's pieces summed with their loads
+   # in flight (the bundle) against main's binary: sweeps, benches, Nsight Compute at M = 1,
+   # then gpu_marlin and gpu_grouped, memcheck of both, racecheck and synccheck of gpu_marlin.
+   L=$(mktemp -d) M0=.exp/main-marlin-bench
+   export FP8_LINEAR_CACHE_DIR=$PWD/kernel-cache PATH=$PATH:/usr/local/cuda/bin
+   gpu-bundle/run.sh --help >/dev/null 2>&1
+   P=gpu-bundle/unpacked/benches/marlin
+   for v in main new; do
+       case $v in main) B=$M0 ;; new) B=$P ;; esac
+       MARLIN_SWEEP=1 timeout 90 $B >"$L/sweep-$v.log" 2>&1 || echo "sweep $v: exit $?"
+       timeout 150 $B --bench >"$L/bench-$v.log" 2>&1 || echo "bench $v: exit $?"
+   done
+   for v in main new; do
+       echo "== sweep $v"; grep -E '^ *[0-9]+x[0-9]+ +M=' "$L/sweep-$v.log"
+       echo "== bench $v"; sed -n '/^Marlin FP8 W8A16/,$p' "$L/bench-$v.log" | awk 'NF>8 && $1 ~ /^[0-9]+$/ {print $1, $2, $5, $6, $8, $10, $11}'
+   done
+   NCU="ncu --clock-control none -k regex:marlin --launch-skip 1 --launch-count 1 --section SpeedOfLight --metrics sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg,smsp__inst_executed.sum"
+   for shape in 1,4096,4096 1,7168,16384 16,4096,7168; do
+       for v in main new; do
+           case $v in main) B=$M0 ;; new) B=$P ;; esac
+           f="$L/ncu-$v-${shape//,/_}.log"
+           MARLIN_PROFILE=$shape timeout 60 $NCU $B >"$f" 2>&1 || echo "ncu $v $shape: exit $?"
+           echo "== ncu $v $shape"
+           grep -E 'Duration|cycles_active|inst_executed' "$f" | sed 's/  */ /g' | tr '\n' ';'; echo
+       done
+   done
+   tar cJf "$OUTD/perf.tar.xz" -C "$L" .
+   OUT=$L/t FP8_RUN_TIMEOUT=100 FP8_RUN_BUDGET=${FP8_RUN_BUDGET:-250} gpu-bundle/run.sh \
+       --only=gpu_marlin,gpu_grouped --memcheck --racecheck=gpu_marlin --synccheck=gpu_marlin \
+       >/dev/null 2>&1 || true
+   cat "$L/t/summary.txt"
+   tar cJf "$OUTD/tests.tar.xz" -C "$L" t ;;
 1) OUT=$OUTD FP8_RUN_BUDGET=${FP8_RUN_BUDGET:-520} gpu-bundle/run.sh \
        --only=gpu_marlin,gpu_grouped,marlin_host_model,marlin_grouped_host_model --memcheck \
        --racecheck=gpu_marlin,gpu_grouped ;;
@@ -134,5 +166,5 @@ c) # The third call (v2: the next range taken TAKE_LEAD stages before it is need
    MARLIN_SWEEP=1 timeout 180 $B > "$OUTD/marlin-sweep.log" 2>&1 || echo "sweep: exit $?"
    for f in paired unpaired; do echo "== $f"; sed -n '/^Marlin FP8 W8A16/,$p' "$OUTD/marlin-$f.log" | grep -E 'M +N x K| (32|64) '; done ;;
 3) OUT=$OUTD gpu-bundle/run.sh --no-tests --bench=moe ;;
-*) echo "usage: $0 prep|a|b|c|1|2|3 (prep here, the calls on the GPU host, after git apply of the patch and the bundle)"; exit 2 ;;
+*) echo "usage: $0 prep|a|b|c|d|1|2|3 (prep here, the calls on the GPU host, after git apply of the patch and the bundle)"; exit 2 ;;
 esac

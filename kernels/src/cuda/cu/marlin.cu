@@ -515,19 +515,40 @@ __device__ __forceinline__ void marlin_body(const Args& a, const Groups& gr) {
             // (deterministic, as decode_gemm's splits).
             const bool last = last_split(a.counters, (u32)chunk * a.stripes + stripe, pieces);
             if (last) {
+                // Every piece from the workspace (this block's own too: it stored it above),
+                // PB pieces' loads in flight before their adds (32 values per thread), added
+                // in range order. Loading a piece and adding it before the next load (an add
+                // behind each load) cost one L2 round trip per piece: the last block of a
+                // stripe cut into five spent five in a row.
+                constexpr int PB = MT >= 8 ? 1 : 8 / MT;
+                // Piece j's slot: the stripe is the first cut stripe (slot 0) of every range
+                // that starts inside it; the first range may have started in an earlier one.
+                const int js0 = range_start(b_first, total, ranges) < stripe * sps ? 1 : 0;
                 float sum[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int r = 0; r < 4; r++) sum[mt][r] = 0.0f;
-                for (int j = b_first; j <= b_last; j++) {
-                    const int js = range_start(j, total, ranges) / sps == stripe ? 0 : 1;
-                    const float* src = piece<MT>(a, chunk, j, js) + tile * (MT * 4 * 32) + lane;
+                for (int j0 = b_first; j0 <= b_last; j0 += PB) {
+                    float v[PB][MT][4];
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
+                    for (int u = 0; u < PB; u++) {
+                        const int j = min(j0 + u, b_last);
+                        const float* src = piece<MT>(a, chunk, j, j == b_first ? js0 : 0) +
+                                           tile * (MT * 4 * 32) + lane;
 #pragma unroll
-                        for (int r = 0; r < 4; r++)
-                            sum[mt][r] += j == b ? acc[mt][r] : ld_cg(src + (mt * 4 + r) * 32);
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int r = 0; r < 4; r++) v[u][mt][r] = ld_cg(src + (mt * 4 + r) * 32);
+                    }
+#pragma unroll
+                    for (int u = 0; u < PB; u++) {
+                        if (j0 + u > b_last) break;
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int r = 0; r < 4; r++) sum[mt][r] += v[u][mt][r];
+                    }
                 }
                 epilogue<BF16, MT, G>(a, sum, own, tile, row0, lane, it, gr.rw);
             }
