@@ -15,6 +15,9 @@
 #      and synccheck of gpu_grouped (shared memory, barriers, mbarriers);
 #   2: the MoE bench: contiguous against the dense Hopper kernel on the same rows, masked
 #      (Hopper's, and Marlin's sm_80 code) against the read-once time of the experts touched.
+# Run so far (2026-12-06, beside issue 32): gpu_grouped 3/3 and its memcheck clean on an H100
+# (main's kernels) and, for the Hopper and portable forms, on an H200; racecheck, synccheck and
+# the bench not yet.
 # When both pass: put HopperGroupedFp8 (then PortableGroupedFp8) in a `Cuda, BlockScaled,
 # Grouped` table in tables::GROUPED and MarlinGroupedFp8 in its place in each (as MarlinFp8 in
 # the dense tables), with the figures in BENCHMARKS.md.
