@@ -244,7 +244,13 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
         {
-            marlin.set_tuning(MarlinPipeline::SWEEP[i]).unwrap();
+            let tuning = MarlinPipeline::SWEEP.get(i).unwrap_or_else(|| {
+                panic!(
+                    "MARLIN_PROFILE_TUNING={i}: the sweep has tunings 0..{}",
+                    MarlinPipeline::SWEEP.len()
+                )
+            });
+            marlin.set_tuning(*tuning).unwrap();
         }
         marlin.process_weights(&weights).unwrap();
         let x: Vec<bf16> = (0..m * k)
