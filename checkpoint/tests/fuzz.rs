@@ -430,11 +430,14 @@ fn mutated_shards_never_panic() {
             for m in muts {
                 match m {
                     Mutation::Header(e) => {
-                        // Within the JSON text as it was (edits may move its end).
-                        let mut head = b[8..header_len.min(b.len())].to_vec();
+                        // Within the JSON text as it was (edits may move its end; an earlier
+                        // truncation may have cut into the length prefix itself).
+                        let start = b.len().min(8);
+                        let end = header_len.min(b.len()).max(start);
+                        let mut head = b[start..end].to_vec();
                         apply(&mut head, 0, &e);
-                        let tail = b.split_off(header_len.min(b.len()));
-                        b.truncate(8);
+                        let tail = b.split_off(end);
+                        b.truncate(start);
                         b.extend(head);
                         b.extend(tail);
                     }
