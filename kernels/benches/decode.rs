@@ -253,40 +253,28 @@ fn main() {
             );
         }
     }
-    if hopper_sweep {
+    // A sweep's variants beside the kernel they vary, one table.
+    let sweep_table = |variants: &[Kernel], base: &str| {
         println!();
-        let labels: Vec<&str> = HOPPER_SWEEP.iter().map(|h| h.0).collect();
-        println!("| N x K | M | {} | Hopper |", labels.join(" | "));
+        let labels: Vec<&str> = variants.iter().map(|v| v.0).collect();
+        println!("| N x K | M | {} | {base} |", labels.join(" | "));
         println!("|---|---|{}---|", "---|".repeat(labels.len()));
         for &(n, k) in shapes {
             for m in MS {
                 let cells: Vec<String> = labels
                     .iter()
+                    .chain([&base])
                     .map(|l| get(l, n, k, m).map_or("-".into(), |v| format!("{:.1}", v.0)))
                     .collect();
-                let hp = get("Hopper", n, k, m).map_or(f64::NAN, |v| v.0);
-                println!("| {n}x{k} | {m} | {} | {hp:.1} |", cells.join(" | "));
+                println!("| {n}x{k} | {m} | {} |", cells.join(" | "));
             }
         }
+    };
+    if hopper_sweep {
+        sweep_table(&HOPPER_SWEEP, "Hopper");
     }
     if sweep {
-        println!();
-        println!("| N x K | M | Dec-s1 | Dec-s2 | Dec-s4 | Dec-s8 | Dec-s16 | Decode |");
-        println!("|---|---|---|---|---|---|---|---|");
-        for &(n, k) in shapes {
-            for m in MS {
-                let cell = |l: &str| get(l, n, k, m).map_or(f64::NAN, |v| v.0);
-                println!(
-                    "| {n}x{k} | {m} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-                    cell("Dec-s1"),
-                    cell("Dec-s2"),
-                    cell("Dec-s4"),
-                    cell("Dec-s8"),
-                    cell("Dec-s16"),
-                    cell("Decode")
-                );
-            }
-        }
+        sweep_table(&SWEEP, "Decode");
     }
     if failures > 0 {
         eprintln!("{failures} failures");
