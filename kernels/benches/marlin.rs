@@ -217,11 +217,18 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
     g.finish();
 }
 
-/// `MARLIN_PROFILE="m,n,k;m,n,k"`: two Marlin launches per shape and nothing else, for a
-/// profiler (`ncu -k regex:marlin_w8a16 ...`); `MARLIN_PROFILE_TUNING=i`: under
-/// `MarlinPipeline::SWEEP[i]` instead of the default tuning.
+/// `MARLIN_PROFILE="m,n,k;m,n,k"`: Marlin launches per shape and nothing else, each after an
+/// L2 flush and followed by a synchronization, for a profiler (`ncu -k regex:marlin_w8a16
+/// ...`) or kernel sources with stamps; `MARLIN_PROFILE_REPS=n`: n launches per shape (2
+/// unless given; many keep the clocks up for the later ones); `MARLIN_PROFILE_TUNING=i`:
+/// under `MarlinPipeline::SWEEP[i]` instead of the default tuning.
 fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
     let (target, options) = (Target::from_gpu(gpu.clone()), KernelOptions::none());
+    let flush = Flush::new(gpu);
+    let reps = std::env::var("MARLIN_PROFILE_REPS").map_or(2, |v| {
+        v.parse::<usize>()
+            .unwrap_or_else(|_| panic!("MARLIN_PROFILE_REPS={v}: a launch count"))
+    });
     for part in spec.split(';').filter(|p| !p.trim().is_empty()) {
         let v: Vec<usize> = part
             .split(',')
@@ -258,13 +265,14 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
             .collect();
         let xd = DeviceBuffer::from_host(gpu, &x).unwrap();
         let mut out = DeviceBuffer::<bf16>::zeros(gpu, m * n).unwrap();
-        for _ in 0..2 {
+        for _ in 0..reps {
+            flush.run(gpu).expect("L2 flush");
             marlin
                 .apply(&xd.tensor([m, k]), &mut out.tensor_mut([m, n]))
                 .unwrap();
+            gpu.synchronize().unwrap();
         }
-        gpu.synchronize().unwrap();
-        println!("profiled M={m} N={n} K={k}");
+        println!("profiled M={m} N={n} K={k} ({reps} launches)");
     }
 }
 
