@@ -217,6 +217,16 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
     g.finish();
 }
 
+/// The non-negative integer in environment variable `name`, if set (a panic naming the
+/// variable when it is not one).
+fn env_index(name: &str) -> Option<usize> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v}: not a non-negative integer")),
+    )
+}
+
 /// `MARLIN_PROFILE="m,n,k;m,n,k"`: Marlin launches per shape and nothing else, each after an
 /// L2 flush and followed by a synchronization, for a profiler (`ncu -k regex:marlin_w8a16
 /// ...`) or kernel sources with stamps; `MARLIN_PROFILE_REPS=n`: n launches per shape (2
@@ -225,10 +235,7 @@ fn bench(c: &mut Criterion, gpu: &Arc<Gpu>) {
 fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
     let (target, options) = (Target::from_gpu(gpu.clone()), KernelOptions::none());
     let flush = Flush::new(gpu);
-    let reps = std::env::var("MARLIN_PROFILE_REPS").map_or(2, |v| {
-        v.parse::<usize>()
-            .unwrap_or_else(|_| panic!("MARLIN_PROFILE_REPS={v}: a launch count"))
-    });
+    let reps = env_index("MARLIN_PROFILE_REPS").unwrap_or(2);
     for part in spec.split(';').filter(|p| !p.trim().is_empty()) {
         let v: Vec<usize> = part
             .split(',')
@@ -247,10 +254,7 @@ fn profile_launches(gpu: &Arc<Gpu>, spec: &str) {
             bias: None,
         };
         let mut marlin = MarlinFp8::new(&ctx, MarlinFp8::LAYER_PARAMS).unwrap();
-        if let Some(i) = std::env::var("MARLIN_PROFILE_TUNING")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-        {
+        if let Some(i) = env_index("MARLIN_PROFILE_TUNING") {
             let tuning = MarlinPipeline::SWEEP.get(i).unwrap_or_else(|| {
                 panic!(
                     "MARLIN_PROFILE_TUNING={i}: the sweep has tunings 0..{}",
