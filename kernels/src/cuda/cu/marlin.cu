@@ -575,8 +575,9 @@ __device__ __forceinline__ void marlin_body(const Args& a, const Groups& gr) {
                     // compiler sink each piece's loads below the previous piece's adds (one
                     // round trip per piece again; without it 4096x4096 at M = 1 took 3.5 %
                     // less on an H100). The taller tiles keep the branch: their branch-free
-                    // form, measured with more pieces per batch (8 of 16 rows, 4 of 32, 2 of
-                    // 64), was 1-2 % slower at M = 32 and 64 on an H100, cause not found.
+                    // form was slower on an H100, 1-2 % at M = 32 and 64 with more pieces per
+                    // batch (8 of 16 rows, 4 of 32, 2 of 64), 8 % at M = 16 on the small
+                    // layers with these batch sizes (the 16-row kernel 86 -> 106 registers).
 #pragma unroll
                     for (int u = 0; u < PB; u++) {
                         const bool in = j0 + u <= b_last;
