@@ -76,7 +76,7 @@ enum Command {
         #[arg(short = 'm', long = "m", value_delimiter = ',', value_parser = parse_m)]
         ms: Vec<usize>,
         /// Explain the layer as the experts of a mixture-of-experts projection: the grouped
-        /// tables (CPU kernels today).
+        /// tables.
         #[arg(long)]
         grouped: bool,
         #[command(flatten)]

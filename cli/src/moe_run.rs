@@ -3,8 +3,8 @@
 //! from a seeded distribution, in every call form (offsets, expert ids with padding rows,
 //! masked), and checked against the grouped f64 reference.
 //!
-//! Grouped kernels are CPU kernels today: on a GPU run the experts run on the CPU, and the
-//! report says so.
+//! The experts run on the CPU here, also in a GPU run (the report says so): `plan` shows the
+//! grouped CUDA kernel each GPU would run, and the MoE bench times them.
 
 use std::time::Instant;
 
@@ -438,7 +438,8 @@ pub fn text(results: &[MoeResult], tokens: usize, on_gpu: bool) -> String {
         results.len()
     );
     if on_gpu {
-        s += "  (grouped kernels are CPU kernels today: these ran on the CPU)\n";
+        s += "  (run checks the expert groups on the CPU: these ran there; `plan` shows each \
+              GPU's grouped kernel)\n";
     }
     let w = results.iter().map(|r| r.name.len()).max().unwrap_or(5);
     for r in results {

@@ -281,8 +281,6 @@ fn render_text(ck: &Checkpoint, plan: &Plan) -> String {
             plan.moe.len()
         );
         s += &render_groups(&plan.moe, &plan.devices, w);
-        s += "    (grouped kernels are CPU kernels today, CpuGroupedFp8Gemm and the f64 \
-              CpuGroupedReference; grouped CUDA kernels are a later issue)\n";
     }
     s += &format!(
         "\ntotals ({} layers, {} FP8 weights{}; a layer counts under each kernel of its plan):\n",

@@ -2,9 +2,10 @@
 //! grouped Marlin kernel (`MarlinGroupedFp8`, W8A16, its sm_80 code: what an A100 runs),
 //! against what their targets are measured by, all in one run: contiguous calls (E experts x
 //! R rows, prefill) against the dense Hopper kernel (`HopperBlockFp8`, one expert's layer) on
-//! the same total rows, and masked calls (E experts x R rows, decode: M_max = R, every count
-//! R), Hopper's and Marlin's, against the read-once floor of the E experts' weights (a kernel
-//! that only reads those E x N x K bytes once, see `common::ReadOnce`). Each layer holds 64 experts; a call routes
+//! the same total rows, with cuBLASLt block-scaled on those rows as the yardstick, and masked
+//! calls (E experts x R rows, decode: M_max = R, every count R), Hopper's and Marlin's,
+//! against the read-once floor of the E experts' weights (a kernel that only reads those
+//! E x N x K bytes once, see `common::ReadOnce`). Each layer holds 64 experts; a call routes
 //! rows to the first E and none to the others. CUDA events around one `forward` (activation
 //! quantization and the routing's upload included), a 256 MiB read evicting L2 before every
 //! timed call, median of the samples. Shapes: DeepSeek-V3's experts (gate and up fused,
@@ -23,10 +24,10 @@ use common::{
     flushed_median, hopper_or_skip, random_codes, random_scales, rel_diff, Flush, ReadOnce,
 };
 use fp8_linear::cuda::runtime::{DeviceBuffer, EventTimer, Gpu};
-use fp8_linear::cuda::{HopperBlockFp8, HopperGroupedFp8, MarlinGroupedFp8};
+use fp8_linear::cuda::{CublasLtBlockFp8, HopperBlockFp8, HopperGroupedFp8, MarlinGroupedFp8};
 use fp8_linear::{
-    Capability, DType, GroupedLinear, GroupedWeights, KernelOptions, LayerConfig, LayerWeights,
-    Linear, Registered, Routing, Target, Tensor,
+    Capability, DType, DeviceMasked, GroupedLinear, GroupedWeights, KernelOptions, LayerConfig,
+    LayerWeights, Linear, Registered, Routing, Target, Tensor,
 };
 use half::bf16;
 use rand::Rng;
@@ -49,19 +50,44 @@ const SAMPLES: usize = 21;
 /// The HBM rate the masked "% of 4.3 TB/s" column is against, bytes per microsecond.
 const HBM: f64 = 4.3e6;
 
-/// One timed point.
-struct Point {
+/// One contiguous (prefill) point.
+struct Contiguous {
     shape: &'static str,
-    form: &'static str,
     experts: usize,
     rows: usize,
     us: f64,
-    /// The yardstick: the dense kernel on the same total rows (contiguous) or the read-once
-    /// time of the experts' weights (masked).
-    base: f64,
-    /// Contiguous: the first expert's rows against the dense kernel's.
+    /// The dense Hopper kernel on the same total rows.
+    dense: f64,
+    /// cuBLASLt block-scaled on the same total rows (the same-run yardstick).
+    cublas: f64,
+    /// The first expert's rows against the dense kernel's.
     diff: f64,
+    /// The call's multiply-adds times two.
     flops: f64,
+}
+
+/// One masked (decode) point of one kernel.
+struct Masked {
+    shape: &'static str,
+    kernel: &'static str,
+    experts: usize,
+    rows: usize,
+    /// `forward` with the counts in host memory (uploaded by the call).
+    host: f64,
+    /// `forward_masked_on_device`: the counts already in device memory (what a captured
+    /// decode step runs).
+    device: f64,
+    /// Reading the E experts' weights once.
+    read_once: f64,
+    /// The experts' weight bytes.
+    bytes: f64,
+}
+
+/// The points of one run.
+#[derive(Default)]
+struct Points {
+    contiguous: Vec<Contiguous>,
+    masked: Vec<Masked>,
 }
 
 /// Times `forward` on the grouped layer: `[rows_in, k]` of `x` into `out`.
@@ -85,11 +111,31 @@ fn time_grouped(
     })
 }
 
+/// Times `forward_masked_on_device` on the grouped layer: `[rows_in, k]` of `x` into `out`.
+fn time_on_device(
+    (gpu, timer, flush): (&Gpu, &EventTimer, &Flush),
+    layer: &mut GroupedLinear,
+    x: &DeviceBuffer<bf16>,
+    out: &mut DeviceBuffer<bf16>,
+    routing: &DeviceMasked,
+    (rows_in, n, k): (usize, usize, usize),
+) -> Result<f64, String> {
+    flushed_median(gpu, timer, flush, (WARMUP, SAMPLES), || {
+        layer
+            .forward_masked_on_device(
+                &x.tensor([rows_in, k]),
+                routing,
+                &mut out.tensor_mut([rows_in, n]),
+            )
+            .map_err(|e| e.to_string())
+    })
+}
+
 /// The points of one shape; failures are printed and counted.
 fn shape_points(
     (gpu, timer, flush, read_once): (&Arc<Gpu>, &EventTimer, &Flush, &ReadOnce),
     (name, n, k): (&'static str, usize, usize),
-    points: &mut Vec<Point>,
+    points: &mut Points,
 ) -> Result<(), String> {
     let target = Target::from_gpu(gpu.clone());
     let cfg = LayerConfig::block_128(n, k, DType::Bf16, DType::Bf16);
@@ -109,6 +155,9 @@ fn shape_points(
     let dense_entry = &HopperBlockFp8::ENTRY;
     let mut dense = Linear::with_entry(dense_entry, &target, &cfg, &expert0, &options)
         .map_err(|e| format!("dense layer: {e}"))?;
+    let mut cublas =
+        Linear::with_entry(&CublasLtBlockFp8::ENTRY, &target, &cfg, &expert0, &options)
+            .map_err(|e| format!("cuBLASLt layer: {e}"))?;
     // Marlin's sm_80 code (what an A100 runs), forced on this GPU.
     let sm80 = KernelOptions::none().compile_for(Capability::new(8, 0));
     let marlin_entry = &MarlinGroupedFp8::ENTRY;
@@ -138,50 +187,71 @@ fn shape_points(
         }
         let routing = Routing::Offsets(&offsets);
         let us = time_grouped(io, &mut grouped, &x, &mut out, &routing, (m, n, k))?;
-        let base = flushed_median(gpu, timer, flush, (WARMUP, SAMPLES), || {
-            dense
-                .forward(&x.tensor([m, k]), &mut dense_out.tensor_mut([m, n]))
-                .map_err(|e| e.to_string())
-        })?;
+        let mut dense_us = |layer: &mut Linear| {
+            flushed_median(gpu, timer, flush, (WARMUP, SAMPLES), || {
+                layer
+                    .forward(&x.tensor([m, k]), &mut dense_out.tensor_mut([m, n]))
+                    .map_err(|e| e.to_string())
+            })
+        };
+        let lt = dense_us(&mut cublas)?;
+        // The dense kernel last, so `dense_out` holds its rows for the check.
+        let base = dense_us(&mut dense)?;
         gpu.synchronize().map_err(|e| e.to_string())?;
         let g = out.to_host().map_err(|e| e.to_string())?;
         let d = dense_out.to_host().map_err(|e| e.to_string())?;
         let diff = rel_diff(&g[..r * n], &d[..r * n]);
-        println!("{name} contiguous {e} x {r}: {us:.1} us, dense {base:.1} us, diff {diff:.1e}");
-        points.push(Point {
+        println!(
+            "{name} contiguous {e} x {r}: {us:.1} us, dense {base:.1} us, cuBLASLt {lt:.1} us, \
+             diff {diff:.1e}"
+        );
+        points.contiguous.push(Contiguous {
             shape: name,
-            form: "contiguous",
             experts: e,
             rows: r,
             us,
-            base,
+            dense: base,
+            cublas: lt,
             diff,
             flops: 2.0 * (m * n * k) as f64,
         });
     }
+    let mut counts_dev = DeviceBuffer::<u8>::zeros(gpu, 4 * EXPERTS).map_err(|e| e.to_string())?;
     for (e, r) in MASKED {
         let mut counts = vec![0; EXPERTS];
         counts[..e].iter_mut().for_each(|c| *c = r);
         let routing = Routing::Masked(&counts);
+        let as_i32: Vec<u8> = counts
+            .iter()
+            .flat_map(|&c| (c as i32).to_ne_bytes())
+            .collect();
+        counts_dev.upload(&as_i32).map_err(|e| e.to_string())?;
+        let on_device = DeviceMasked {
+            counts: counts_dev.memory(),
+            route_weights: None,
+            expected_rows: r,
+        };
         let rows_in = EXPERTS * r;
-        let us = time_grouped(io, &mut grouped, &x, &mut out, &routing, (rows_in, n, k))?;
-        let w8a16 = time_grouped(io, &mut marlin, &x, &mut out, &routing, (rows_in, n, k))?;
         let touched = DeviceBuffer::<u8>::zeros(gpu, e * n * k).map_err(|e| e.to_string())?;
-        let (base, _) = read_once.floor_us(gpu, timer, flush, &touched, (2, 9))?;
-        println!(
-            "{name} masked {e} x {r}: {us:.1} us, Marlin {w8a16:.1} us, read-once of {e} \
-             experts {base:.1} us"
-        );
-        for (form, us) in [("masked", us), ("marlin masked", w8a16)] {
-            points.push(Point {
+        let (read_once, _) = read_once.floor_us(gpu, timer, flush, &touched, (2, 9))?;
+        drop(touched);
+        for (kernel, layer) in [("Hopper", &mut grouped), ("Marlin", &mut marlin)] {
+            let shape = (rows_in, n, k);
+            let host = time_grouped(io, layer, &x, &mut out, &routing, shape)?;
+            let device = time_on_device(io, layer, &x, &mut out, &on_device, shape)?;
+            println!(
+                "{name} masked {e} x {r}, {kernel}: {host:.1} us (host counts), {device:.1} us \
+                 (device counts), read-once of {e} experts {read_once:.1} us"
+            );
+            points.masked.push(Masked {
                 shape: name,
-                form,
+                kernel,
                 experts: e,
                 rows: r,
-                us,
-                base,
-                diff: f64::NAN,
-                flops: 2.0 * (e * r * n * k) as f64,
+                host,
+                device,
+                read_once,
+                bytes: (e * n * k) as f64,
             });
         }
     }
@@ -198,7 +268,7 @@ fn main() {
     let timer = EventTimer::new(&gpu).expect("events");
     let flush = Flush::new(&gpu);
     let read_once = ReadOnce::new(&gpu);
-    let mut points = Vec::new();
+    let mut points = Points::default();
     let mut failures = 0;
     for &shape in shapes {
         if let Err(e) = shape_points((&gpu, &timer, &flush, &read_once), shape, &mut points) {
@@ -208,50 +278,66 @@ fn main() {
     }
     println!();
     println!("== summary");
-    println!("contiguous (prefill): grouped against the dense kernel on the same rows");
+    summary(&points);
+    if failures > 0 {
+        eprintln!("{failures} failures");
+        std::process::exit(1);
+    }
+}
+
+/// Prints the points as Markdown tables.
+fn summary(points: &Points) {
     println!(
-        "| shape | experts x rows | grouped us | TFLOP/s | dense us | grouped / dense | diff |"
+        "contiguous (prefill): grouped against the dense Hopper kernel and cuBLASLt \
+         block-scaled on the same rows"
     );
-    println!("|---|---|---|---|---|---|---|");
-    for p in points.iter().filter(|p| p.form == "contiguous") {
+    println!(
+        "| shape | experts x rows | grouped us | TFLOP/s | dense us | grouped / dense | \
+         cuBLASLt us | grouped / cuBLASLt | diff |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for p in &points.contiguous {
         println!(
-            "| {} | {} x {} | {:.1} | {:.0} | {:.1} | {:.2} | {:.1e} |",
+            "| {} | {} x {} | {:.1} | {:.0} | {:.1} | {:.2} | {:.1} | {:.2} | {:.1e} |",
             p.shape,
             p.experts,
             p.rows,
             p.us,
             p.flops / p.us / 1e6,
-            p.base,
-            p.us / p.base,
+            p.dense,
+            p.us / p.dense,
+            p.cublas,
+            p.us / p.cublas,
             p.diff
         );
     }
-    for (form, title) in [
-        ("masked", "Hopper grouped"),
-        ("marlin masked", "Marlin grouped (W8A16, sm_80 code)"),
+    for (kernel, title) in [
+        ("Hopper", "Hopper grouped"),
+        ("Marlin", "Marlin grouped (W8A16, sm_80 code)"),
     ] {
         println!();
-        println!("masked (decode), {title}: against reading the experts' weights once");
         println!(
-            "| shape | experts x rows | grouped us | read-once us | / read-once | % of 4.3 TB/s |"
+            "masked (decode), {title}: counts in host memory (uploaded by the call) and in \
+             device memory, against reading the experts' weights once"
         );
-        println!("|---|---|---|---|---|---|");
-        for p in points.iter().filter(|p| p.form == form) {
-            let bytes = p.flops / 2.0 / p.rows as f64;
+        println!(
+            "| shape | experts x rows | host counts us | device counts us | read-once us | \
+             host / read-once | device / read-once | device % of 4.3 TB/s |"
+        );
+        println!("|---|---|---|---|---|---|---|---|");
+        for p in points.masked.iter().filter(|p| p.kernel == kernel) {
             println!(
-                "| {} | {} x {} | {:.1} | {:.1} | {:.2} | {:.0} % |",
+                "| {} | {} x {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0} % |",
                 p.shape,
                 p.experts,
                 p.rows,
-                p.us,
-                p.base,
-                p.us / p.base,
-                100.0 * bytes / HBM / p.us
+                p.host,
+                p.device,
+                p.read_once,
+                p.host / p.read_once,
+                p.device / p.read_once,
+                100.0 * p.bytes / HBM / p.device
             );
         }
-    }
-    if failures > 0 {
-        eprintln!("{failures} failures");
-        std::process::exit(1);
     }
 }

@@ -15,8 +15,9 @@ use crate::target::Target;
 /// Why a [`GroupedLinear`] could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum GroupedLinearError {
-    /// No grouped kernel fits (the error lists every candidate's reason; on a GPU today:
-    /// there is no grouped CUDA table yet).
+    /// No grouped kernel fits (the error lists every candidate's reason: on a GPU, for
+    /// example, a per-channel layer on an sm_90 GPU, where only Marlin, sm_80..sm_89, takes
+    /// grouped per-channel weights).
     #[error(transparent)]
     Select(#[from] SelectError),
     /// The chosen kernel failed to construct or to process the weights, or the registry

@@ -33,9 +33,9 @@
 //! - Mixture-of-experts layers (the E experts of one projection): [`GroupedWeights`] (the
 //!   experts' tensors stacked) and [`GroupedLinear`], called with a [`Routing`]
 //!   (contiguous rows by offsets or per-row expert ids, or masked per-expert counts),
-//!   planned from [`tables::GROUPED`] (CPU kernels today; the grouped CUDA kernels, not
-//!   yet in the tables, are `cuda::HopperGroupedFp8`, `cuda::PortableGroupedFp8` and
-//!   `cuda::MarlinGroupedFp8`).
+//!   planned from [`tables::GROUPED`] (on a GPU `cuda::HopperGroupedFp8` on sm_90a,
+//!   `cuda::MarlinGroupedFp8` W8A16 on sm_80..sm_89, `cuda::PortableGroupedFp8` on sm_89+;
+//!   on the CPU `cpu::CpuGroupedFp8Gemm`).
 //! - Why a kernel was or was not chosen: [`Registry::explain`] on [`tables::BUILTIN`].
 //! - A kernel of your own: [`docs::writing_kernels`] (what `apply` receives, what the
 //!   scales mean, extending a built-in table, a complete CPU kernel using the helpers in

@@ -7,7 +7,7 @@ use crate::cpu::{CpuFp8Gemm, CpuGroupedFp8Gemm, CpuGroupedReference, CpuReferenc
 #[cfg(feature = "cuda")]
 use crate::cuda::{
     CublasLtBlockFp8, CublasLtFp8PerTensor, CublasLtFp8Rowwise, DecodeBlockFp8, HopperBlockFp8,
-    MarlinFp8, PortableBlockFp8,
+    HopperGroupedFp8, MarlinFp8, MarlinGroupedFp8, PortableBlockFp8, PortableGroupedFp8,
 };
 
 fp8_table! {
@@ -28,9 +28,40 @@ fp8_table! {
     pub CPU_GROUPED_WEIGHT_ONLY: Cpu, WeightOnly, Grouped = [CpuGroupedFp8Gemm, CpuGroupedReference];
 }
 
+// Grouped CUDA tables in the dense tables' order: the Hopper grouped kernel on sm_90a (its
+// contiguous calls measured 0.73-1.22x the dense Hopper kernel's time on the same total rows
+// and its masked decode 1.06-2.2x the read-once time of the experts touched, H100,
+// docs/perf-log.md "Issue 34"), Marlin W8A16 on sm_80..sm_89, the portable kernel on sm_89+.
+#[cfg(feature = "cuda")]
+fp8_table! {
+    /// Block-scaled grouped (mixture-of-experts) W8A8 on CUDA GPUs: the Hopper grouped
+    /// kernel (sm_90a), Marlin grouped W8A16 (sm_80..sm_89: weight-only with 16-bit
+    /// activations), then the portable grouped kernel (sm_89+).
+    pub CUDA_GROUPED_BLOCK: Cuda, BlockScaled, Grouped = [
+        HopperGroupedFp8 => 1,
+        MarlinGroupedFp8 => 2,
+        PortableGroupedFp8 => 3,
+    ];
+    /// Per-tensor / per-channel grouped FP8 on CUDA GPUs: Marlin grouped W8A16
+    /// (sm_80..sm_89, weight-only).
+    pub CUDA_GROUPED_SCALED: Cuda, Scaled, Grouped = [MarlinGroupedFp8];
+    /// Weight-only grouped FP8 (W8A16) on CUDA GPUs: Marlin grouped.
+    pub CUDA_GROUPED_WEIGHT_ONLY: Cuda, WeightOnly, Grouped = [MarlinGroupedFp8];
+}
+
 /// Every built-in grouped (mixture-of-experts) table: selection for experts starts here.
-/// CPU kernels only for now; grouped CUDA kernels are a later issue, so on a GPU the plan is
-/// [`SelectError::NoTable`](fp8_linear_core::SelectError::NoTable) naming it.
+#[cfg(feature = "cuda")]
+pub static GROUPED: Registry = Registry::grouped(&[
+    &CUDA_GROUPED_BLOCK,
+    &CUDA_GROUPED_SCALED,
+    &CUDA_GROUPED_WEIGHT_ONLY,
+    &CPU_GROUPED_BLOCK,
+    &CPU_GROUPED_SCALED,
+    &CPU_GROUPED_WEIGHT_ONLY,
+]);
+
+/// Every built-in grouped (mixture-of-experts) table: selection for experts starts here.
+#[cfg(not(feature = "cuda"))]
 pub static GROUPED: Registry = Registry::grouped(&[
     &CPU_GROUPED_BLOCK,
     &CPU_GROUPED_SCALED,

@@ -15,14 +15,9 @@
 #      and synccheck of gpu_grouped (shared memory, barriers, mbarriers);
 #   2: the MoE bench: contiguous against the dense Hopper kernel on the same rows, masked
 #      (Hopper's, and Marlin's sm_80 code) against the read-once time of the experts touched.
-# Run so far (2026-12-06, beside issue 32): gpu_grouped 3/3 and its memcheck clean on an H100
-# (main's kernels) and, for the Hopper and portable forms, on an H200; racecheck, synccheck and
-# the bench not yet. Again (2026-12-06, issue 32 session 2, H100, twice): gpu_grouped 3/3 and its
-# memcheck clean with that session's Marlin changes (the grouped Marlin kernel's too); and in
-# three calls of issue 32 session 3 (H100, main's kernels and dropped Marlin variants).
-# When both pass: put HopperGroupedFp8 (then PortableGroupedFp8) in a `Cuda, BlockScaled,
-# Grouped` table in tables::GROUPED and MarlinGroupedFp8 in its place in each (as MarlinFp8 in
-# the dense tables), with the figures in BENCHMARKS.md.
+# Run (2026-12-06, issue 34 session 1, H100): both calls, clean; the kernels are in
+# tables::GROUPED since, the figures in BENCHMARKS.md and docs/perf-log.md ("Issue 34,
+# session 1"). Kept for the next session's runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUTD=${OUT:-$PWD/exp-out}

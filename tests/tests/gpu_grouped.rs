@@ -7,7 +7,8 @@
 //! (`CpuGroupedReference`, of the kernel's numerics: W8A16 for Marlin) on the activations as
 //! the device holds them; rows no expert owns
 //! stay as they were. Masked calls with their counts in device memory, direct and as a CUDA
-//! graph replayed with other counts (clamped to the slab). Skips without a GPU unless
+//! graph replayed with other counts (clamped to the slab). The built-in grouped tables plan
+//! one of them on the GPU. Skips without a GPU unless
 //! FP8_REQUIRE_CUDA=1, and visibly for a kernel the GPU cannot run (a failure under
 //! FP8_REQUIRE_CUDA=1 unless FP8_ALLOW_ARCH_SKIPS allows it).
 
@@ -18,11 +19,11 @@ use fp8_linear::cuda::interop::cudarc::driver::sys;
 use fp8_linear::cuda::runtime::{DeviceBuffer, Gpu};
 use fp8_linear::cuda::{HopperGroupedFp8, MarlinGroupedFp8, PortableGroupedFp8};
 use fp8_linear::{
-    bf16, DType, DeviceMasked, GroupedLinear, KernelEntry, KernelOptions, LayerConfig, Registered,
-    Routing, ScaleDtype, Target, Tensor, TensorMut,
+    bf16, DType, DeviceMasked, GroupedLinear, KernelEntry, KernelOptions, LayerConfig, Options,
+    Registered, Routing, ScaleDtype, Target, Tensor, TensorMut,
 };
 use fp8_linear_tests::check::{compare_rows, Tolerance};
-use fp8_linear_tests::gpu::{gpu_for_entry_or_skip, pick_rows, upload_as, AnyBuffer};
+use fp8_linear_tests::gpu::{gpu_for_entry_or_skip, gpu_or_skip, pick_rows, upload_as, AnyBuffer};
 use fp8_linear_tests::layers::{block_config, random_activations, Experts};
 
 /// The grouped CUDA kernels.
@@ -218,6 +219,50 @@ fn every_call_form(entry: &'static KernelEntry, gpu: &Arc<Gpu>) {
         }
     }
     assert!(ran >= 2, "{} ran on {ran} of the layers", entry.name);
+}
+
+#[test]
+fn the_built_in_tables_plan_a_grouped_cuda_kernel() {
+    let Some(gpu) = gpu_or_skip("the_built_in_tables_plan_a_grouped_cuda_kernel") else {
+        return;
+    };
+    let cfg = LayerConfig::block_128(256, 448, DType::Bf16, DType::Bf16);
+    let x = Experts::random(&cfg, 4);
+    let target = Target::from_gpu(gpu.clone());
+    let mut layer = GroupedLinear::new(&target, &cfg, &x.weights(), &Options::none())
+        .unwrap_or_else(|e| panic!("the built-in grouped tables on this GPU: {e}"));
+    let m = CASES[0].rows;
+    let entry = layer
+        .plan()
+        .entry_for(m)
+        .expect("a kernel for every row count");
+    assert!(
+        KERNELS.iter().any(|k| k.name == entry.name),
+        "{} planned, not a grouped CUDA kernel",
+        entry.name
+    );
+    eprintln!("planned: {}", entry.name);
+    let mut reference = reference_of(entry, &cfg, &x);
+    let (xin, exact) = upload_as(&gpu, &random_activations(m, cfg.k), cfg.input_dtype);
+    let mut out = AnyBuffer::poisoned(&gpu, m * cfg.n, cfg.output_dtype);
+    let routing = &CASES[0].routing;
+    layer
+        .forward(
+            &xin.tensor([m, cfg.k]),
+            routing,
+            None,
+            &mut out.tensor_mut([m, cfg.n]),
+        )
+        .unwrap();
+    let what = format!("{} planned from tables::GROUPED", entry.name);
+    let call = (routing, None);
+    expect_reference(
+        (entry, &mut reference),
+        &cfg,
+        (&exact, &out.to_f32()),
+        call,
+        &what,
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@ use fp8_linear::tables::{BUILTIN, GROUPED};
 use fp8_linear::{
     DType, DeviceMasked, DeviceMemory, GroupedLinear, GroupedLinearError, GroupedWeights,
     KernelEntry, KernelError, KernelOptions, LayerConfig, LayerKind, Linear, Options, QuantKey,
-    Registered, Routing, RoutingError, ScaleDtype, Target, Tensor, TensorMut,
+    Registered, Routing, RoutingError, ScaleDtype, Target, Tensor, TensorMut, Verdict,
 };
 use fp8_linear_tests::check::{compare, Tolerance};
 use fp8_linear_tests::layers::{block_config, random_activations, reference_rows, Experts};
@@ -221,15 +221,32 @@ fn grouped_tables_are_planned_like_linear_ones() {
     let forced = fp8_linear::Overrides::none().force("CpuGroupedReference");
     let plan = GROUPED.plan(&cpu, &cfg, &forced).unwrap();
     assert_eq!(plan.to_string(), "M = 1..: CpuGroupedReference (forced)");
+    // On GPUs, the grouped CUDA tables: the Hopper grouped kernel on sm_90, then the
+    // portable one (sm_89+); Marlin's W8A16 on Ampere (sm_80 up to before sm_89).
+    for (device, kernels) in [
+        ("h200", &["HopperGroupedFp8", "PortableGroupedFp8"][..]),
+        ("a100", &["MarlinGroupedFp8"][..]),
+        ("l40s", &["PortableGroupedFp8"][..]),
+    ] {
+        let d = fp8_linear::Device::profile(device).unwrap();
+        let e = GROUPED
+            .explain(&d, &cfg, &fp8_linear::Overrides::none())
+            .unwrap();
+        let fits: Vec<&str> = e
+            .candidates
+            .iter()
+            .filter(|c| matches!(c.verdict, Verdict::Chosen | Verdict::Eligible))
+            .map(|c| c.entry.name)
+            .collect();
+        assert_eq!(fits, kernels, "{device}");
+    }
+    // Per-channel experts on an sm_90 GPU: only Marlin (sm_80..sm_89) takes them there.
     let h200 = fp8_linear::Device::profile("h200").unwrap();
+    let channel = LayerConfig::per_token_per_channel(7168, 2048, DType::Bf16, DType::Bf16);
     let err = GROUPED
-        .plan(&h200, &cfg, &fp8_linear::Overrides::none())
+        .plan(&h200, &channel, &fp8_linear::Overrides::none())
         .unwrap_err();
-    assert!(
-        err.to_string()
-            .starts_with("no grouped block-scaled kernel table for platform cuda"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("MarlinGroupedFp8"), "{err}");
 }
 
 /// The layer of the bad-input tests: 3 experts of 200 x 300, f32.

@@ -105,6 +105,45 @@ const MODULES: [Module; 2] = [
                 route_weights: true,
                 ctas: 3,
             },
+            // Masked on the device over 19 experts, M_max = 4: rows in three of the walk's
+            // chunks of 8 experts (3, 9, 18), empty experts between them, two CTAs that
+            // each pass several.
+            Call {
+                experts: 19,
+                m: 76,
+                n: 80,
+                k: 200,
+                tile: (64, 32),
+                counts: Some(&[0, 0, 0, 2, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+                segs: &[],
+                bias: true,
+                route_weights: true,
+                ctas: 2,
+            },
+            // Ten segments (two empty), the tenth in the walk's second chunk.
+            Call {
+                experts: 10,
+                m: 40,
+                n: 48,
+                k: 160,
+                tile: (64, 16),
+                counts: None,
+                segs: &[
+                    (9, 0, 3),
+                    (8, 3, 0),
+                    (7, 3, 5),
+                    (6, 8, 4),
+                    (5, 12, 0),
+                    (4, 12, 7),
+                    (3, 19, 6),
+                    (2, 25, 2),
+                    (1, 27, 9),
+                    (0, 36, 4),
+                ],
+                bias: false,
+                route_weights: false,
+                ctas: 4,
+            },
             // 144 columns (two scale rows), rows of 600 bytes: the direct stores.
             Call {
                 experts: 2,

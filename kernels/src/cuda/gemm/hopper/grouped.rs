@@ -43,10 +43,9 @@ const NAME: &str = HopperGroupedFp8::NAME;
 /// leaves in the layer's output dtype. Never split along K; the tile is chosen per call
 /// from the mean rows per expert.
 ///
-/// Its kernel source runs on the host model in the tests (every call form, empty experts,
-/// ragged segments, each tile height); it has not yet run on a GPU, so it is not in the
-/// built-in grouped tables: build it with
-/// [`GroupedLinear::with_entry`](crate::GroupedLinear::with_entry).
+/// Tested on the GPU and on its host model (every call form, empty experts, ragged segments,
+/// each tile height); first in the block-scaled grouped table ([`crate::tables::GROUPED`]),
+/// timed in the MoE bench (`cargo bench -p fp8-linear --bench moe`).
 /// A [`Routing`] call uploads its segments and routing weights from host memory (one copy),
 /// which a stream being captured into a CUDA graph refuses ([`KernelError::Backend`] saying
 /// so); a masked call with its counts and routing weights in device memory

@@ -60,11 +60,12 @@ const KERNELS: KernelNames = [
 /// `(sum + bias) * route_weight` leaves in the activation dtype; rows no expert owns are not
 /// written.
 ///
-/// Its kernel source runs on the host model in the tests (every call form, clamped device
-/// counts, every M tile); it has not yet run on a GPU, so it is not in the built-in grouped
-/// tables: build it with [`GroupedLinear::with_entry`](crate::GroupedLinear::with_entry). A
-/// [`Routing`] call uploads its item table and routing weights (one copy from host memory,
-/// refused inside a CUDA graph capture); a masked call with its counts in device memory
+/// Tested on the GPU and on its host model (every call form, clamped device counts, every M
+/// tile); second in the block-scaled grouped table and first in the others
+/// ([`crate::tables::GROUPED`]); its sm_80 code is timed on an H100 in the MoE bench
+/// (`cargo bench -p fp8-linear --bench moe`). A [`Routing`] call uploads its item table and
+/// routing weights (one copy from host memory, refused inside a CUDA graph capture); a
+/// masked call with its counts in device memory
 /// ([`GroupedLinear::forward_masked_on_device`](crate::GroupedLinear::forward_masked_on_device))
 /// uploads nothing and can be captured.
 #[fp8_kernel(platform = Cuda, kind = Grouped, priority = 4, arch = sm80..sm89,

@@ -38,12 +38,11 @@ const NAME: &str = PortableGroupedFp8::NAME;
 /// `(sum + bias) * route_weight` leaves in the layer's output dtype. Never split along K; the
 /// tile height is the dense kernel's choice for the mean rows per expert.
 ///
-/// Its kernel source runs on the host model in the tests (every call form, clamped device
-/// counts, each tile height); it has not yet run on a GPU, so it is not in the built-in
-/// grouped tables: build it with
-/// [`GroupedLinear::with_entry`](crate::GroupedLinear::with_entry). A [`Routing`] call uploads
-/// its row-tile table and routing weights (one copy from host memory, refused inside a CUDA
-/// graph capture); a masked call with its counts in device memory
+/// Tested on the GPU and on its host model (every call form, clamped device counts, each
+/// tile height); last in the block-scaled grouped table ([`crate::tables::GROUPED`]), after
+/// the Hopper and Marlin grouped kernels. A [`Routing`] call uploads its row-tile table and
+/// routing weights (one copy from host memory, refused inside a CUDA graph capture); a
+/// masked call with its counts in device memory
 /// ([`GroupedLinear::forward_masked_on_device`](crate::GroupedLinear::forward_masked_on_device))
 /// uploads nothing and can be captured.
 #[fp8_kernel(platform = Cuda, kind = Grouped, priority = 2, arch = sm89.., backend = portable)]
