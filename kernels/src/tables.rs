@@ -29,7 +29,7 @@ fp8_table! {
 }
 
 // Grouped CUDA tables in the dense tables' order: the Hopper grouped kernel on sm_90a (its
-// contiguous calls measured 0.73-1.22x the dense Hopper kernel's time on the same total rows
+// contiguous calls measured 0.73-1.21x the dense Hopper kernel's time on the same total rows
 // and its masked decode 1.06-2.2x the read-once time of the experts touched, H100,
 // docs/perf-log.md "Issue 34"), Marlin W8A16 on sm_80..sm_89, the portable kernel on sm_89+.
 #[cfg(feature = "cuda")]
