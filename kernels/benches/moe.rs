@@ -3,12 +3,14 @@
 //! against what their targets are measured by, all in one run: contiguous calls (E experts x
 //! R rows, prefill) against the dense Hopper kernel (`HopperBlockFp8`, one expert's layer) on
 //! the same total rows, with cuBLASLt block-scaled on those rows as the yardstick, and masked
-//! calls (E experts x R rows, decode: M_max = R, every count R), Hopper's and Marlin's,
-//! against the read-once floor of the E experts' weights (a kernel that only reads those
-//! E x N x K bytes once, see `common::ReadOnce`). Each layer holds 64 experts; a call routes
-//! rows to the first E and none to the others. CUDA events around one `forward` (activation
-//! quantization and the routing's upload included), a 256 MiB read evicting L2 before every
-//! timed call, median of the samples. Shapes: DeepSeek-V3's experts (gate and up fused,
+//! calls (E experts x R rows, decode: M_max = R, every count R), Hopper's and Marlin's, each
+//! with the counts in host memory (`forward`) and in device memory
+//! (`forward_masked_on_device`, expected rows R), against the read-once floor of the E
+//! experts' weights (a kernel that only reads those E x N x K bytes once, see
+//! `common::ReadOnce`). Each layer holds 64 experts; a call routes rows to the first E and
+//! none to the others. CUDA events around one call (activation quantization and the routing's
+//! upload included), a 256 MiB read evicting L2 before every timed call, median of the
+//! samples. Shapes: DeepSeek-V3's experts (gate and up fused,
 //! 4096 x 7168; down, 7168 x 2048) and Qwen3-30B-A3B's (1536 x 2048; 2048 x 768), bf16 in
 //! and out, 128 x 128 blocks. Checks each contiguous call's first expert's rows against the
 //! dense kernel's (relative Frobenius difference). Prints "skipped" and exits 0 without an

@@ -17,7 +17,9 @@
 #      (Hopper's, and Marlin's sm_80 code) against the read-once time of the experts touched.
 # Run (2026-12-06, issue 34 session 1, H100): both calls, clean; the kernels are in
 # tables::GROUPED since, the figures in BENCHMARKS.md and docs/perf-log.md ("Issue 34,
-# session 1"). Kept for the next session's runs.
+# session 1"). That session's last change (the grouped TMA thread pre-issues only its first
+# unit's weights) ran gpu_grouped and the sanitizers only with a dropped change on top, and
+# the bench on the Qwen3 shapes only (its device time ran out): run 1 and 2 first next time.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUTD=${OUT:-$PWD/exp-out}
