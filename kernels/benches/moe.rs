@@ -92,44 +92,29 @@ struct Points {
     masked: Vec<Masked>,
 }
 
-/// Times `forward` on the grouped layer: `[rows_in, k]` of `x` into `out`.
+/// A grouped call's routing: in host memory (`forward`) or masked counts in device memory
+/// (`forward_masked_on_device`).
+#[derive(Clone, Copy)]
+enum Call<'a> {
+    Host(&'a Routing<'a>),
+    Device(&'a DeviceMasked),
+}
+
+/// Times one call of `call`'s form on the grouped layer: `[rows_in, k]` of `x` into `out`.
 fn time_grouped(
     (gpu, timer, flush): (&Gpu, &EventTimer, &Flush),
     layer: &mut GroupedLinear,
-    x: &DeviceBuffer<bf16>,
-    out: &mut DeviceBuffer<bf16>,
-    routing: &Routing<'_>,
+    (x, out): (&DeviceBuffer<bf16>, &mut DeviceBuffer<bf16>),
+    call: Call<'_>,
     (rows_in, n, k): (usize, usize, usize),
 ) -> Result<f64, String> {
     flushed_median(gpu, timer, flush, (WARMUP, SAMPLES), || {
-        layer
-            .forward(
-                &x.tensor([rows_in, k]),
-                routing,
-                None,
-                &mut out.tensor_mut([rows_in, n]),
-            )
-            .map_err(|e| e.to_string())
-    })
-}
-
-/// Times `forward_masked_on_device` on the grouped layer: `[rows_in, k]` of `x` into `out`.
-fn time_on_device(
-    (gpu, timer, flush): (&Gpu, &EventTimer, &Flush),
-    layer: &mut GroupedLinear,
-    x: &DeviceBuffer<bf16>,
-    out: &mut DeviceBuffer<bf16>,
-    routing: &DeviceMasked,
-    (rows_in, n, k): (usize, usize, usize),
-) -> Result<f64, String> {
-    flushed_median(gpu, timer, flush, (WARMUP, SAMPLES), || {
-        layer
-            .forward_masked_on_device(
-                &x.tensor([rows_in, k]),
-                routing,
-                &mut out.tensor_mut([rows_in, n]),
-            )
-            .map_err(|e| e.to_string())
+        let (x, mut y) = (x.tensor([rows_in, k]), out.tensor_mut([rows_in, n]));
+        match call {
+            Call::Host(routing) => layer.forward(&x, routing, None, &mut y),
+            Call::Device(routing) => layer.forward_masked_on_device(&x, routing, &mut y),
+        }
+        .map_err(|e| e.to_string())
     })
 }
 
@@ -188,7 +173,13 @@ fn shape_points(
             *o = i * r;
         }
         let routing = Routing::Offsets(&offsets);
-        let us = time_grouped(io, &mut grouped, &x, &mut out, &routing, (m, n, k))?;
+        let us = time_grouped(
+            io,
+            &mut grouped,
+            (&x, &mut out),
+            Call::Host(&routing),
+            (m, n, k),
+        )?;
         let mut dense_us = |layer: &mut Linear| {
             flushed_median(gpu, timer, flush, (WARMUP, SAMPLES), || {
                 layer
@@ -239,8 +230,8 @@ fn shape_points(
         drop(touched);
         for (kernel, layer) in [("Hopper", &mut grouped), ("Marlin", &mut marlin)] {
             let shape = (rows_in, n, k);
-            let host = time_grouped(io, layer, &x, &mut out, &routing, shape)?;
-            let device = time_on_device(io, layer, &x, &mut out, &on_device, shape)?;
+            let host = time_grouped(io, layer, (&x, &mut out), Call::Host(&routing), shape)?;
+            let device = time_grouped(io, layer, (&x, &mut out), Call::Device(&on_device), shape)?;
             println!(
                 "{name} masked {e} x {r}, {kernel}: {host:.1} us (host counts), {device:.1} us \
                  (device counts), read-once of {e} experts {read_once:.1} us"
