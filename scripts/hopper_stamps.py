@@ -35,14 +35,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stamps_common import cli, copy_stamped  # noqa: E402
+from stamps_common import Patches, cli, copy_stamped  # noqa: E402
 
 # (text of hopper_gemm.cu, its replacement, how many times the text must occur)
-PATCHES = []
-
-
-def rep(old, new, count=1):
-    PATCHES.append((old, new, count))
+PATCHES = Patches()
+rep = PATCHES.rep
 
 
 # globals + helpers after the TmaDesc struct

@@ -6,6 +6,14 @@ import sys
 from pathlib import Path
 
 
+class Patches(list):
+    """The (old, new, count) text replacements of a stamped copy, in the order given."""
+
+    def rep(self, old, new, count=1):
+        """Adds: `old` (which must occur `count` times) replaced by `new`."""
+        self.append((old, new, count))
+
+
 def copy_stamped(src, dst, name, patches, tail):
     """Copies the source folder `src` to `dst` (replaced) with the file `name` patched:
     each (old, new, count) of `patches` replaces `old`, which must occur `count` times

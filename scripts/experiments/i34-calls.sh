@@ -1,34 +1,59 @@
 #!/usr/bin/env bash
-# Issue 34 (grouped FP8 GEMM kernels on the GPU), prepared without device time on 2026-12-04:
-# `HopperGroupedFp8` (kernels/src/cuda/gemm/hopper/grouped.rs, the `hopper_grouped_*` kernels
-# of cu/hopper_gemm.cu built with -DHOPPER_GROUPED) and `PortableGroupedFp8`
-# (kernels/src/cuda/gemm/portable/grouped.rs, `block_grouped_*` of cu/block_gemm.cu built with
-# -DBLOCK_GROUPED) are on main, tested on their host models
-# (tests/tests/{hopper,portable}_grouped_host_model.rs) and not yet run on a GPU, so they are
-# in no built-in table. Added in the next session without device time: `MarlinGroupedFp8`
-# (kernels/src/cuda/gemm/marlin/grouped.rs, `marlin_grouped_*` of cu/marlin.cu built with
-# -DMARLIN_GROUPED; W8A16, forced on the H200 by its force_arch; host model
-# tests/tests/marlin_grouped_host_model.rs). Its GPU test (tests/tests/gpu_grouped.rs) and the MoE bench (kernels/benches/moe.rs)
-# skip without one. No patch: run from main after `scripts/gpu-bundle.sh --pack` (carry
-# gpu-bundle). This script runs the call it is given on the GPU host, writing under $OUT:
-#   1: gpu_grouped (the three kernels) and the grouped host models, then memcheck, racecheck
-#      and synccheck of gpu_grouped (shared memory, barriers, mbarriers);
-#   2: the MoE bench: contiguous against the dense Hopper kernel on the same rows, masked
-#      (Hopper's, and Marlin's sm_80 code) against the read-once time of the experts touched.
-# Run (2026-12-06, issue 34 session 1, H100): both calls, clean; the kernels are in
-# tables::GROUPED since, the figures in BENCHMARKS.md and docs/perf-log.md ("Issue 34,
-# session 1"). That session's last change (the grouped TMA thread pre-issues only its first
-# unit's weights) ran gpu_grouped and the sanitizers only with a dropped change on top, and
-# the bench on the Qwen3 shapes only (its device time ran out): run 1 and 2 first next time.
+# Issue 34 (grouped FP8 GEMM kernels on the GPU): the calls of its GPU sessions. The kernels
+# (`HopperGroupedFp8`, `PortableGroupedFp8`, `MarlinGroupedFp8`) are on main and in
+# tables::GROUPED; tests/tests/gpu_grouped.rs and the MoE bench (kernels/benches/moe.rs) skip
+# without a GPU. Session 1 (2026-12-06, H100) measured them; session 2 (same day, H100)
+# launched the grouped Hopper GEMM overlapped with its quantization and gave its walk a
+# segment table in shared memory (docs/perf-log.md, "Issue 34, session 2").
+#
+# Here, before the bundle (`scripts/gpu-bundle.sh --pack`, carry gpu-bundle and .exp/i34):
+#   scripts/experiments/i34-calls.sh prep
+# makes .exp/i34/cu-tail (main's kernels with i34-tail.patch: a walk past its last unit
+# returns without scanning the segments left, predicted 1-2 us off the device-count decode
+# calls, whose stamps put 2.6 us between the last epilogue and the math warpgroups' end) and
+# stamped copies of main's and of that (i34_grouped_stamps.py). On the GPU host, under $OUT:
+#   1: gpu_grouped and the grouped host models with FP8_REQUIRE_CUDA=1, the dense Hopper
+#      overlap tests, then memcheck, racecheck and synccheck of gpu_grouped;
+#   2: the MoE bench, whole (contiguous against the dense Hopper kernel and cuBLASLt,
+#      masked Hopper and Marlin against reading the touched experts once);
+#   3: the quick MoE bench (Qwen3 shapes) of main and of cu-tail, and the stamps of both.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+if [ "${1:-}" = prep ]; then
+    rm -rf .exp/i34 && mkdir -p .exp/i34
+    cp -r kernels/src/cuda/cu .exp/i34/cu-tail
+    patch -s -p5 -d .exp/i34/cu-tail <scripts/experiments/i34-tail.patch
+    for v in main tail; do
+        src=kernels/src/cuda/cu
+        [ $v = tail ] && src=.exp/i34/cu-tail
+        python3 scripts/experiments/i34_grouped_stamps.py make $src .exp/i34/cu-stamps-$v
+    done
+    exit 0
+fi
 OUTD=${OUT:-$PWD/exp-out}
 mkdir -p "$OUTD"
+U=$PWD/gpu-bundle/unpacked
 case "${1:-}" in
-1) OUT=$OUTD FP8_RUN_BUDGET=${FP8_RUN_BUDGET:-520} gpu-bundle/run.sh \
-       --only=gpu_grouped,hopper_grouped_host_model,portable_grouped_host_model,marlin_grouped_host_model \
-       --memcheck \
-       --racecheck=gpu_grouped --synccheck=gpu_grouped ;;
-2) OUT=$OUTD gpu-bundle/run.sh --no-tests --bench=moe ;;
-*) echo "usage: $0 1|2 (on the GPU host, after the bundle)"; exit 2 ;;
+1) OUT=$OUTD/t FP8_RUN_TIMEOUT=120 gpu-bundle/run.sh \
+       --only=gpu_grouped,hopper_grouped_host_model,portable_grouped_host_model,marlin_grouped_host_model
+   export FP8_LINEAR_CACHE_DIR=$U/kernel-cache
+   FP8_REQUIRE_CUDA=1 timeout 150 $U/tests/gpu_hopper --test-threads=1 overlapped_launch \
+       selected_first widths_for_the_sanitizers >"$OUTD/gpu_hopper.log" 2>&1
+   grep "test result" "$OUTD/gpu_hopper.log"
+   OUT=$OUTD/san FP8_RUN_TIMEOUT=80 gpu-bundle/run.sh --no-tests --only=gpu_grouped \
+       --memcheck --racecheck=gpu_grouped --synccheck=gpu_grouped ;;
+2) export FP8_LINEAR_CACHE_DIR=$U/kernel-cache
+   $U/benches/moe --bench | tee "$OUTD/moe.log" | sed -n '/== summary/,$p' ;;
+3) export FP8_LINEAR_CACHE_DIR=$U/kernel-cache
+   FP8_BENCH_QUICK=1 $U/benches/moe --bench >"$OUTD/quick-main.log" 2>&1
+   FP8_LINEAR_CU_DIR=$PWD/.exp/i34/cu-tail FP8_BENCH_QUICK=1 $U/benches/moe --bench \
+       >"$OUTD/quick-tail.log" 2>&1
+   for v in main tail; do
+       FP8_LINEAR_CU_DIR=$PWD/.exp/i34/cu-stamps-$v FP8_LINEAR_STAMPS=1 FP8_BENCH_QUICK=1 \
+           $U/benches/moe --bench >"$OUTD/stamps-$v.log" 2>&1
+       python3 scripts/experiments/i34_grouped_stamps.py summary "$OUTD/stamps-$v.log" \
+           >"$OUTD/stamps-$v-summary.txt"
+   done
+   for v in main tail; do echo "== $v"; grep "masked .* Hopper" "$OUTD/quick-$v.log"; done ;;
+*) echo "usage: $0 prep (here) | 1|2|3 (on the GPU host, after the bundle)"; exit 2 ;;
 esac

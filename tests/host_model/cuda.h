@@ -166,6 +166,13 @@ inline u32 __shfl_xor_sync(unsigned, u32 v, int o) {
     return r;
 }
 
+// shfl.sync.idx: every lane gets lane `src`'s value.
+inline u32 __shfl_sync(unsigned, u32 v, int src) {
+    const u32 r = warp_post(&v, 1).w[src & 31][0];
+    __syncwarp();
+    return r;
+}
+
 // shfl.sync.up: lane l gets lane l - d's value, lanes below d their own.
 inline u32 __shfl_up_sync(unsigned, u32 v, int d) {
     const int l = threadIdx.x & 31;

@@ -8,7 +8,8 @@
 //! the device holds them; rows no expert owns
 //! stay as they were. Masked calls with their counts in device memory, direct and as a CUDA
 //! graph replayed with other counts (clamped to the slab). The built-in grouped tables plan
-//! one of them on the GPU. Skips without a GPU unless
+//! one of them on the GPU. The grouped Hopper GEMM launched overlapped with its activation
+//! quantization writes the bits of the serial launch. Skips without a GPU unless
 //! FP8_REQUIRE_CUDA=1, and visibly for a kernel the GPU cannot run (a failure under
 //! FP8_REQUIRE_CUDA=1 unless FP8_ALLOW_ARCH_SKIPS allows it).
 
@@ -381,4 +382,70 @@ fn device_counts_in_a_graph(entry: &'static KernelEntry, gpu: &Arc<Gpu>) {
         let checked = (entry, &mut reference);
         expect_reference(checked, &cfg, (&exact, &host(&out)), call, &what);
     }
+}
+
+/// The grouped Hopper GEMM launched overlapped with the activation quantization (the
+/// default) writes the same bits as the serial launch (`KernelOptions::overlap(false)`),
+/// for every call form, the counts in host and in device memory.
+#[test]
+fn the_overlapped_grouped_launch_matches_the_serial_one_bit_for_bit() {
+    let entry = &HopperGroupedFp8::ENTRY;
+    let test = "the_overlapped_grouped_launch_matches_the_serial_one_bit_for_bit";
+    let Some(gpu) = gpu_for(test, entry) else {
+        return;
+    };
+    let cfg = LayerConfig {
+        bias: true,
+        ..LayerConfig::block_128(256, 448, DType::Bf16, DType::Bf16)
+    };
+    let (n, k, experts) = (cfg.n, cfg.k, 4);
+    let x = Experts::random(&cfg, experts);
+    let target = Target::from_gpu(gpu.clone());
+    let make = |overlap: bool| {
+        let options = KernelOptions::none().overlap(overlap);
+        GroupedLinear::with_entry(entry, &target, &cfg, &x.weights(), &options)
+            .unwrap_or_else(|e| panic!("overlap {overlap}: {e}"))
+    };
+    let (mut overlapped, mut serial) = (make(true), make(false));
+    let bits = |out: &AnyBuffer| -> Vec<u32> { out.to_f32().iter().map(|v| v.to_bits()).collect() };
+    for case in &CASES {
+        let m = case.rows;
+        let w: Vec<f32> = (0..m).map(|r| 0.25 + (r % 7) as f32 * 0.25).collect();
+        let w = case.weighted.then_some(&w[..]);
+        let (xin, _) = upload_as(&gpu, &random_activations(m, k), cfg.input_dtype);
+        let run = |layer: &mut GroupedLinear| {
+            let mut out = AnyBuffer::poisoned(&gpu, m * n, cfg.output_dtype);
+            let mut y = out.tensor_mut([m, n]);
+            layer
+                .forward(&xin.tensor([m, k]), &case.routing, w, &mut y)
+                .unwrap();
+            bits(&out)
+        };
+        let what = case.routing.name();
+        assert!(
+            run(&mut overlapped) == run(&mut serial),
+            "{what}: the launches differ"
+        );
+    }
+    // Masked with the counts in device memory.
+    let m_max = 16;
+    let m = experts * m_max;
+    let mut counts = DeviceBuffer::<u8>::zeros(&gpu, 4 * experts).unwrap();
+    write_counts(&mut counts, &[16, 0, 5, 1]);
+    let routing = DeviceMasked {
+        counts: counts.memory(),
+        route_weights: None,
+        expected_rows: 4,
+    };
+    let (xin, _) = upload_as(&gpu, &random_activations(m, k), cfg.input_dtype);
+    let run = |layer: &mut GroupedLinear| {
+        let mut out = AnyBuffer::poisoned(&gpu, m * n, cfg.output_dtype);
+        let mut y = out.tensor_mut([m, n]);
+        layer
+            .forward_masked_on_device(&xin.tensor([m, k]), &routing, &mut y)
+            .unwrap();
+        bits(&out)
+    };
+    let same = run(&mut overlapped) == run(&mut serial);
+    assert!(same, "device counts: the launches differ");
 }

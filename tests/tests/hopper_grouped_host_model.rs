@@ -7,7 +7,8 @@
 //! offsets with an empty expert and padding rows past the last offset, masked slabs with
 //! empty and one-row experts, runs of expert ids that visit one expert twice), segments that
 //! start inside a tile and end inside the next, masked counts read on the device (a negative
-//! one and one above M_max clamped), each expert's weight rows, weight scales and
+//! one and one above M_max clamped), the segment table in shared memory and, past its 256
+//! segments, the walk over the counts in global memory, each expert's weight rows, weight scales and
 //! bias found in the stacks, the routing weights multiplied after the bias, tall and narrow,
 //! aligned and unaligned tiles, the staged and the direct epilogue, against the f64 reference
 //! of each segment on its expert; rows no segment covers are left as they were.
@@ -37,6 +38,16 @@ struct Call {
     route_weights: bool,
     ctas: usize,
 }
+
+/// Counts of 260 experts with slabs of 2 rows: rows for experts 3, 200 and 259 (past the
+/// segment table's 256 entries), none for the others.
+const MANY_EXPERTS: [i32; 260] = {
+    let mut c = [0; 260];
+    c[3] = 1;
+    c[200] = 2;
+    c[259] = 1;
+    c
+};
 
 /// One module (weight blocks, output dtype) and its calls.
 struct Module {
@@ -143,6 +154,20 @@ const MODULES: [Module; 2] = [
                 bias: false,
                 route_weights: false,
                 ctas: 4,
+            },
+            // Masked on the device over more experts than the kernel's segment table holds
+            // (256): the walk reads the counts in global memory.
+            Call {
+                experts: 260,
+                m: 520,
+                n: 128,
+                k: 128,
+                tile: (64, 16),
+                counts: Some(&MANY_EXPERTS),
+                segs: &[],
+                bias: false,
+                route_weights: true,
+                ctas: 3,
             },
             // 144 columns (two scale rows), rows of 600 bytes: the direct stores.
             Call {

@@ -90,26 +90,29 @@ pub fn param<T>(value: &T) -> *mut c_void {
     (value as *const T).cast_mut().cast()
 }
 
-/// Launches `func` on `stream` with `cfg` and programmatic stream serialization: its grid
-/// may start while the kernel before it on the stream is still running, from the moment
-/// every block of that kernel has executed `griddepcontrol.launch_dependents` (or exited),
-/// so its launch and prologue overlap that kernel's tail. A driver error names `what`.
+/// Launches `func` on `stream` with `cfg` and the kernel parameters `params`; when
+/// `overlapped`, with programmatic stream serialization: its grid may start while the
+/// kernel before it on the stream is still running, from the moment every block of that
+/// kernel has executed `griddepcontrol.launch_dependents` (or exited), so its launch and
+/// prologue overlap that kernel's tail. A driver error names `what`.
 ///
 /// # Safety
 /// `params` holds the address of every kernel parameter's value, in order and of the
-/// parameter's type; every device address in them covers what the kernel reads and writes;
-/// and the kernel executes `griddepcontrol.wait` before it reads anything the kernel before
-/// it on the stream writes, or writes anything that kernel reads or writes. The kernel
-/// before it must be one the caller enqueued on `stream` itself (a kernel it knows), since
-/// what is read before the wait is only ordered after the kernels before that one.
-pub unsafe fn launch_overlapped(
+/// parameter's type; every device address in them covers what the kernel reads and writes.
+/// When `overlapped`, the kernel executes `griddepcontrol.wait` before it reads anything the
+/// kernel before it on the stream writes, or writes anything that kernel reads or writes,
+/// and the kernel before it must be one the caller enqueued on `stream` itself (a kernel it
+/// knows), since what is read before the wait is only ordered after the kernels before that
+/// one.
+pub unsafe fn launch_params(
     stream: &CudaStream,
     func: &CudaFunction,
     cfg: LaunchConfig,
     params: &mut [*mut c_void],
+    overlapped: bool,
     what: impl Display,
 ) -> Result<(), CudaError> {
-    let err = |e| CudaError::driver(format!("launching {what} (overlapped)"), e);
+    let err = |e| CudaError::driver(format!("launching {what} (overlapped {overlapped})"), e);
     stream.context().bind_to_thread().map_err(err)?;
     // SAFETY: plain old data; the attribute's value is the union's int member.
     let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -125,7 +128,7 @@ pub unsafe fn launch_overlapped(
         sharedMemBytes: cfg.shared_mem_bytes,
         hStream: stream.cu_stream(),
         attrs: &mut attr,
-        numAttrs: 1,
+        numAttrs: u32::from(overlapped),
     };
     // SAFETY: the config and the attribute live across the call; the caller vouches for the
     // parameters and the kernel's waits.

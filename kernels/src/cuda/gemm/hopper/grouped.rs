@@ -5,11 +5,12 @@
 //! counts in device memory, read there by the kernel), and the CTAs walk
 //! every segment's tiles, each reading its expert's rows of the stacked weights, scales and
 //! bias; the routing weights are multiplied in the epilogue. The activations of every row
-//! are quantized once, as a dense layer's.
+//! are quantized once, as a dense layer's, and the GEMM is launched overlapped with that
+//! quantization (its launch and first weight loads run while the quantization does).
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaModule, PushKernelArg};
+use cudarc::driver::CudaModule;
 use fp8_linear_core::grouped::{DeviceMasked, Fp8GroupedKernel, GroupedWeights, Routing};
 use fp8_linear_core::kernel::processed;
 use fp8_linear_core::{
@@ -28,7 +29,7 @@ use crate::cuda::skeleton::error::{be, be_at};
 use crate::cuda::skeleton::grouped::{
     masked_io, routed_io, segments, stackable, stacked_block, RoutingUpload,
 };
-use crate::cuda::skeleton::launch::{grid, launch};
+use crate::cuda::skeleton::launch::{grid, launch_params, param};
 use crate::cuda::skeleton::layer::Io;
 use crate::cuda::skeleton::plans_by_m::PlansByM;
 
@@ -51,11 +52,17 @@ const NAME: &str = HopperGroupedFp8::NAME;
 /// so); a masked call with its counts and routing weights in device memory
 /// ([`GroupedLinear::forward_masked_on_device`](crate::GroupedLinear::forward_masked_on_device))
 /// uploads nothing and can be captured: the CTAs read each expert's count there, clamped to
-/// the slab, and the launch is sized for every slab full.
+/// the slab, and the launch is sized for every slab full. Like the dense kernel, the GEMM
+/// is launched overlapped with the activation quantization before it (programmatic
+/// dependent launch; [`KernelOptions::overlap`](fp8_linear_core::KernelOptions) turns it
+/// off).
 #[fp8_kernel(platform = Cuda, kind = Grouped, priority = 1, arch = sm90a, backend = hopper)]
 pub struct HopperGroupedFp8 {
     gpu: Arc<Gpu>,
     config: LayerConfig,
+    /// The GEMM launched overlapped with the activation quantization (the build options'
+    /// `overlap`, default on), as the dense kernel's.
+    overlap: bool,
     state: Option<State>,
 }
 
@@ -76,6 +83,8 @@ struct State {
     tiles: PlansByM<(usize, usize, usize)>,
     /// Last activation tensor map: (codes address, M, BM) -> map.
     ta: Option<((u64, usize, usize), TensorMap)>,
+    /// The GEMM launched overlapped with the quantization (the kernel's `overlap`).
+    overlap: bool,
 }
 
 impl HopperGroupedFp8 {
@@ -85,6 +94,7 @@ impl HopperGroupedFp8 {
         Ok(HopperGroupedFp8 {
             gpu: gpu_of(NAME, ctx)?,
             config: *ctx.config(),
+            overlap: ctx.options().overlap.unwrap_or(true),
             state: None,
         })
     }
@@ -122,6 +132,7 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
             routing: RoutingUpload::default(),
             tiles: PlansByM::default(),
             ta: None,
+            overlap: self.overlap,
         });
         Ok(())
     }
@@ -287,23 +298,38 @@ impl State {
             128 * (v.math_wgs + 1),
             v.smem,
         );
-        let mut b = gpu.stream().launch_builder(&v.gemm);
-        b.arg(&ta).arg(&v.tb).arg(&a_s).arg(&bs).arg(&out);
-        b.arg(&bias).arg(&work.rw).arg(&work.segs).arg(&work.counts);
-        b.arg(&nsegi)
-            .arg(&m_maxi)
-            .arg(&mi)
-            .arg(&ni)
-            .arg(&ki)
-            .arg(&ldbs);
+        let mut params = [
+            param(&ta),
+            param(&v.tb),
+            param(&a_s),
+            param(&bs),
+            param(&out),
+            param(&bias),
+            param(&work.rw),
+            param(&work.segs),
+            param(&work.counts),
+            param(&nsegi),
+            param(&m_maxi),
+            param(&mi),
+            param(&ni),
+            param(&ki),
+            param(&ldbs),
+        ];
         let what = format_args!("hopper_grouped (BM={bm}, BN={bn}, {} segments)", work.nseg);
         // SAFETY: the layer's stream belongs to this GPU. `ta` covers the m x ldk codes the
         // quantization wrote at `call.codes`, `tb` the E * N x ldk stacked weight codes;
         // As holds ceil(k/C) * m floats (M fastest), Bs the E * N / R scale rows of ldbs
         // floats, bias E * N floats (or null), out m x n elements of the layer's output
         // dtype; the routing as the caller vouches; the kernel masks every store to its
-        // segment's rows and N, and TMA zero-fills boxes past the maps.
-        unsafe { launch(b, cfg, what) }.map_err(be(NAME))?;
+        // segment's rows and N, and TMA zero-fills boxes past the maps. Overlapped: the
+        // kernel before it on the stream is the quantization `quantize` just enqueued, which
+        // the kernel waits for (griddep_wait) before it reads the codes or the activation
+        // scales, and so before anything it writes; what it reads before (the weights, the
+        // segments or counts, the routing weights) was written before that kernel.
+        unsafe { launch_params(gpu.stream(), &v.gemm, cfg, &mut params, self.overlap, what) }
+            .map_err(be(NAME))?;
+        #[cfg(feature = "dev-sources")]
+        super::stamps_dump(NAME, &self._module, gpu.stream())?;
         Ok(())
     }
 }

@@ -41,7 +41,7 @@ use crate::cuda::skeleton::block::{
 };
 use crate::cuda::skeleton::dtype::float_index;
 use crate::cuda::skeleton::error::{be, be_at};
-use crate::cuda::skeleton::launch::{elementwise, grid, launch, launch_overlapped, param};
+use crate::cuda::skeleton::launch::{elementwise, grid, launch, launch_params, param};
 use crate::cuda::skeleton::layer::{skeleton_calls, Call, GpuLayer, Io, Recipe};
 use crate::cuda::skeleton::plans_by_m::PlansByM;
 use crate::cuda::skeleton::scratch::Scratch;
@@ -210,7 +210,7 @@ fn load(
         .filter(|v| has_variant(v, block))
         .filter(in_form)
         .map(|&(bm, bn, cluster, math_wgs, stages)| {
-            let smem = smem_bytes((bm, bn, math_wgs), stages, block);
+            let smem = smem_bytes((bm, bn, math_wgs), stages, block, form == Form::Grouped);
             if smem > optin {
                 return Err(KernelError::backend(
                     kernel,
@@ -396,54 +396,32 @@ impl Recipe for State {
             }
         }
         let s = gpu.stream();
+        let mut params = [
+            param(&ta),
+            param(&tb),
+            param(&a_s),
+            param(&bsptr),
+            param(&out),
+            param(&ws),
+            param(&bias),
+            param(&mi),
+            param(&ni),
+            param(&ki),
+            param(&kbpsi),
+            param(&splitsi),
+            param(&ldbs),
+        ];
         // SAFETY: the layer's stream belongs to this GPU; the tensor maps cover A (m x ldk
         // bytes of codes at `q`, from the quantization) and B (n x ldk bytes of the weight
         // codes, boxes of the variant's width); the kernels store the layer's output dtype;
         // As holds ceil(k/C)*m floats, Bs ceil(n/R) rows of ldbs >= ceil(k/C) floats, out
         // m*n elements, ws splits*m*n floats when split; the kernel masks every store and
-        // TMA zero-fills
-        // out-of-bounds boxes. Overlapped (never for given codes): the kernel before it on
+        // TMA zero-fills out-of-bounds boxes. Overlapped (never for given codes): the kernel before it on
         // the stream is the quantization just enqueued, and the kernel waits for it
         // (griddep_wait) before it reads the codes or the activation scales and so before
         // anything it writes; what it reads before (weight codes) was written before that
         // kernel.
-        unsafe {
-            if overlap {
-                let mut params = [
-                    param(&ta),
-                    param(&tb),
-                    param(&a_s),
-                    param(&bsptr),
-                    param(&out),
-                    param(&ws),
-                    param(&bias),
-                    param(&mi),
-                    param(&ni),
-                    param(&ki),
-                    param(&kbpsi),
-                    param(&splitsi),
-                    param(&ldbs),
-                ];
-                launch_overlapped(s, &v.gemm, cfg, &mut params, what)
-            } else {
-                let mut b = s.launch_builder(&v.gemm);
-                b.arg(&ta)
-                    .arg(&tb)
-                    .arg(&a_s)
-                    .arg(&bsptr)
-                    .arg(&out)
-                    .arg(&ws)
-                    .arg(&bias);
-                b.arg(&mi)
-                    .arg(&ni)
-                    .arg(&ki)
-                    .arg(&kbpsi)
-                    .arg(&splitsi)
-                    .arg(&ldbs);
-                launch(b, cfg, what)
-            }
-        }
-        .map_err(be(NAME))?;
+        unsafe { launch_params(s, &v.gemm, cfg, &mut params, overlap, what) }.map_err(be(NAME))?;
         if splits > 1 {
             let mut f = s.launch_builder(&st.finalize);
             f.arg(&ws)
@@ -455,21 +433,30 @@ impl Recipe for State {
             // SAFETY: ws holds splits*m*n partial sums, out m*n elements, bias n floats.
             unsafe { launch(f, elementwise(m * n), "hopper_finalize") }.map_err(be(NAME))?;
         }
-        // Development stamps (feature `dev-sources`, FP8_LINEAR_STAMPS set): a module
-        // compiled from FP8_LINEAR_CU_DIR sources that define `hopper_stamps_dump` records
-        // clock64 stamps of some launches; that kernel prints them after each GEMM.
         #[cfg(feature = "dev-sources")]
-        if std::env::var_os("FP8_LINEAR_STAMPS").is_some() {
-            if let Ok(dump) = st._module.load_function("hopper_stamps_dump") {
-                let b = s.launch_builder(&dump);
-                // SAFETY: the dump kernel takes no arguments and reads only its module's
-                // globals.
-                unsafe { launch(b, grid((1, 1, 1), 1, 0), "hopper_stamps_dump") }
-                    .map_err(be(NAME))?;
-            }
-        }
+        stamps_dump(NAME, &st._module, s)?;
         Ok(())
     }
+}
+
+/// Development stamps (feature `dev-sources`, FP8_LINEAR_STAMPS set): a module compiled
+/// from FP8_LINEAR_CU_DIR sources that define `hopper_stamps_dump` records stamps of some
+/// launches; that kernel, enqueued on `s` after each GEMM, prints them.
+#[cfg(feature = "dev-sources")]
+fn stamps_dump(
+    name: &'static str,
+    module: &Arc<CudaModule>,
+    s: &cudarc::driver::CudaStream,
+) -> Result<(), KernelError> {
+    if std::env::var_os("FP8_LINEAR_STAMPS").is_none() {
+        return Ok(());
+    }
+    if let Ok(dump) = module.load_function("hopper_stamps_dump") {
+        let b = s.launch_builder(&dump);
+        // SAFETY: the dump kernel takes no arguments and reads only its module's globals.
+        unsafe { launch(b, grid((1, 1, 1), 1, 0), "hopper_stamps_dump") }.map_err(be(name))?;
+    }
+    Ok(())
 }
 
 /// The build options a call's plan reads: (max splits, tile rows, tile columns, cluster

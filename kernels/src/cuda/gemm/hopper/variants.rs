@@ -66,19 +66,27 @@ const EPI_WARP_BYTES: usize = 8 * 64;
 /// `stages` stages for weight blocks `block` (rows along N, columns along K): per stage the A
 /// and B tiles, the scales of the stage (for each of the 128 / C scale blocks of a K tile,
 /// `bm` activation scales and the tile's weight scale rows, f32, rounded up to 16 bytes) and
-/// two mbarriers; after the stages, each math warp's epilogue buffer; 1 KiB
-/// covers the 1024-byte alignment of the swizzled tiles (`Sc` and the layout in the source).
+/// two mbarriers; after the stages, each math warp's epilogue buffer, then (`grouped`) the
+/// segment table; 1 KiB covers the 1024-byte alignment of the swizzled tiles (`Sc` and the
+/// layout in the source).
 pub(super) fn smem_bytes(
     (bm, bn, math_wgs): (usize, usize, u32),
     stages: u32,
     block: (usize, usize),
+    grouped: bool,
 ) -> u32 {
     let subs = 128 / block.1;
     let scales = (subs * (bm + scale_rows(bn, block.0)) * 4).div_ceil(16) * 16;
     let stage = bm * 128 + bn * 128 + scales + 16;
     let epilogue = 4 * math_wgs as usize * EPI_WARP_BYTES;
-    1024 + stages * stage as u32 + epilogue as u32
+    let table = if grouped { SEGMENT_TABLE_BYTES } else { 0 };
+    1024 + stages * stage as u32 + (epilogue + table) as u32
 }
+
+/// The grouped kernels' segment table: `SEG_TAB` (256) entries of four i32 (the units up
+/// to the segment, its expert, first row and rows); launches with more segments walk them
+/// in global memory.
+const SEGMENT_TABLE_BYTES: usize = 256 * 16;
 
 /// Whether the tall tiles (192 and 256 rows) exist for weight blocks `block` (rows along N,
 /// columns along K): their registers leave room for the scales of at most two scale blocks
@@ -112,15 +120,24 @@ mod tests {
                 if !has_variant(v, block) {
                     continue;
                 }
-                let smem = smem_bytes((v.0, v.1, v.3), v.4, block);
-                assert!(smem <= 232_448, "{v:?} {block:?}: {smem}");
+                for grouped in [false, true] {
+                    let smem = smem_bytes((v.0, v.1, v.3), v.4, block, grouped);
+                    assert!(
+                        smem <= 232_448,
+                        "{v:?} {block:?} (grouped {grouped}): {smem}"
+                    );
+                }
             }
         }
         // 128x128 blocks, 128 x 128 tiles: 6 stages of 32 KiB tiles, 516 B of scales
         // (rounded to 528) and 16 B of barriers each; 8 math warps' epilogue buffers.
         assert_eq!(
-            smem_bytes((128, 128, 2), 6, (128, 128)),
+            smem_bytes((128, 128, 2), 6, (128, 128), false),
             1024 + 6 * (32768 + 528 + 16) + 8 * 512
+        );
+        assert_eq!(
+            smem_bytes((128, 128, 2), 6, (128, 128), true),
+            1024 + 6 * (32768 + 528 + 16) + 8 * 512 + 4096
         );
         // 144 columns over 128-row blocks span two scale rows; 16 columns sit in one.
         assert_eq!(scale_rows(144, 128), 2);
