@@ -8,10 +8,10 @@
 //! empty and one-row experts, runs of expert ids that visit one expert twice), segments that
 //! start inside a tile and end inside the next, masked counts read on the device (a negative
 //! one and one above M_max clamped), the segment table in shared memory and, past its 256
-//! segments, the walk over the counts in global memory, each expert's weight rows, weight scales and
-//! bias found in the stacks, the routing weights multiplied after the bias, tall and narrow,
-//! aligned and unaligned tiles, the staged and the direct epilogue, against the f64 reference
-//! of each segment on its expert; rows no segment covers are left as they were.
+//! segments, the walk over the counts in global memory, each expert's weight rows, weight
+//! scales and bias found in the stacks, the routing weights multiplied after the bias, tall
+//! and narrow, aligned and unaligned tiles, the staged and the direct epilogue, against the
+//! f64 reference of each segment on its expert; rows no segment covers are left as they were.
 
 use fp8_linear::cuda::sources::hopper_grouped_module;
 use fp8_linear::DType;

@@ -416,9 +416,9 @@ impl Recipe for State {
         // codes, boxes of the variant's width); the kernels store the layer's output dtype;
         // As holds ceil(k/C)*m floats, Bs ceil(n/R) rows of ldbs >= ceil(k/C) floats, out
         // m*n elements, ws splits*m*n floats when split; the kernel masks every store and
-        // TMA zero-fills out-of-bounds boxes. Overlapped (never for given codes): the kernel before it on
-        // the stream is the quantization just enqueued, and the kernel waits for it
-        // (griddep_wait) before it reads the codes or the activation scales and so before
+        // TMA zero-fills out-of-bounds boxes. Overlapped (never for given codes): the kernel
+        // before it on the stream is the quantization just enqueued, and the kernel waits for
+        // it (griddep_wait) before it reads the codes or the activation scales and so before
         // anything it writes; what it reads before (weight codes) was written before that
         // kernel.
         unsafe { launch_params(s, &v.gemm, cfg, &mut params, overlap, what) }.map_err(be(NAME))?;
