@@ -16,7 +16,8 @@
 //! dense kernel's (relative Frobenius difference). Prints "skipped" and exits 0 without an
 //! sm_90 GPU.
 //!
-//! `cargo bench -p fp8-linear --bench moe` (`FP8_BENCH_QUICK=1`: the Qwen3 shapes only)
+//! `cargo bench -p fp8-linear --bench moe` (`FP8_BENCH_QUICK=1`: the Qwen3 shapes only;
+//! `FP8_BENCH_MASKED=1`: the masked points only)
 
 mod common;
 
@@ -166,7 +167,13 @@ fn shape_points(
         DeviceBuffer::<bf16>::zeros(gpu, max_rows * n).map_err(|e| e.to_string())?;
     let io = (gpu.as_ref(), timer, flush);
 
-    for (e, r) in CONTIGUOUS {
+    let masked_only = std::env::var("FP8_BENCH_MASKED").is_ok_and(|v| v == "1");
+    let prefill = if masked_only {
+        &[][..]
+    } else {
+        &CONTIGUOUS[..]
+    };
+    for &(e, r) in prefill {
         let m = e * r;
         let mut offsets = vec![m; EXPERTS + 1];
         for (i, o) in offsets.iter_mut().enumerate().take(e + 1) {

@@ -60,6 +60,7 @@ fn main() {
                         k,
                         scales.ptr(),
                         ScaleOrder::RowMajor,
+                        None,
                     )
                 }
                 .map_err(|e| e.to_string())

@@ -61,11 +61,10 @@ __device__ __forceinline__ int& gs_flag() { __shared__ int f; return f; }
 __device__ __forceinline__ int& gs_units() { __shared__ int u; return u; }
 #define GS(ev) do { if (gs_flag()) gst[blockIdx.x][ev] = gs_ns(); } while (0)
 """)
-rep("""    const int wg = threadIdx.x / 128;
-
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; ++s) {""", """    const int wg = threadIdx.x / 128;
-
+rep("""    sc.num_n = num_n;
+    const int wg = threadIdx.x / 128;
+""", """    sc.num_n = num_n;
+    const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         gs_flag() = gs_on();
         gs_units() = 0;
@@ -75,7 +74,8 @@ rep("""    const int wg = threadIdx.x / 128;
                                   (int)gridDim.x, G, 0};
             for (int i = 0; i < 12; ++i) gst_meta[i] = meta[i];
         }
-        for (int s = 0; s < STAGES; ++s) {""")
+    }
+""")
 rep("""    __syncthreads();
     // The peers' barriers are initialised""", """    __syncthreads();
     if (threadIdx.x == 0) GS(1);

@@ -5,9 +5,10 @@
 //
 // INPUT sections (u64 byte count, bytes): params (i32: kind (0 groups, 1 rows) dtype (0 f32,
 // 1 f16, 2 bf16) M K ldq group ue8m0 vec has_ub, then for groups the launch quant.rs chose:
-// cut (0 c1u1, 1 c2u1, 2 c2u2) lg_lanes units threads grid_x), the upper bound (f32, may be
-// empty), x [M, K] in the dtype. OUTPUT: codes [M, ldq], then the f32 scales ([M, groups] row-major,
-// or [M]).
+// cut (0 c1u1, 1 c2u1, 2 c2u2) lg_lanes units threads grid_x, and for a masked call the slab
+// rows), the upper bound (f32, may be empty), x [M, K] in the dtype, then for a masked call
+// the counts (i32, one per slab). OUTPUT: codes [M, ldq] (0xee where not written), then the
+// f32 scales ([M, groups] row-major, or [M]; -1 where not written).
 //
 // kind 2 (SiLU-and-multiply, then the quantization of h): x is gate_up [M, 2K] in the dtype;
 // silu_mul_NAME makes h [M, K] (f32), then quant_groups_c1u1_f32 (group > 0, with the launch
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
     const std::vector<int> p = section_as<int>(read_section(f));
     const std::vector<float> ub = section_as<float>(read_section(f));
     const std::vector<unsigned char> xb = read_section(f);
+    // Masked group quantization (params p[14] = slab): the counts, i32.
+    const std::vector<int> counts = p.size() > 14 ? section_as<int>(read_section(f)) : std::vector<int>();
     fclose(f);
     const int kind = p[0], dt = p[1], M = p[2], K = p[3], ldq = p[4], group = p[5];
     const int ue8m0 = p[6], vec = p[7], has_ub = p[8];
@@ -49,7 +52,7 @@ int main(int argc, char** argv) {
             const unsigned gy = (unsigned)std::min(M, 65535);
             run_grid(Dim3{(unsigned)gx, gy, 1}, threads, 0, [&] {
                 quant_groups_c1u1_f32(h.data(), q.data(), s.data(), M, K, ldq, groups, 1, group,
-                                      groups, units, lg, v, ue8m0);
+                                      groups, units, lg, v, ue8m0, nullptr, 0);
             });
         } else {
             run_grid(Dim3{(unsigned)std::min(M, 3), 1, 1}, 256, 0, [&] {
@@ -61,7 +64,10 @@ int main(int argc, char** argv) {
         // vec bit 1: 8-byte code stores (the buffer is 8-byte aligned).
         const int v = vec | ((ldq % 8 == 0) ? 2 : 0);
         const unsigned gy = (unsigned)std::min(M, 65535);
-#define GROUPS(NAME, E) NAME((const E*)x, q.data(), s.data(), M, K, ldq, groups, 1, group, groups, units, lg, v, ue8m0)
+        // Masked (p[14] = slab): only the rows under the counts.
+        const int slab = p.size() > 14 ? p[14] : 0;
+        const int* cnt = slab > 0 ? counts.data() : nullptr;
+#define GROUPS(NAME, E) NAME((const E*)x, q.data(), s.data(), M, K, ldq, groups, 1, group, groups, units, lg, v, ue8m0, cnt, slab)
         run_grid(Dim3{(unsigned)gx, gy, 1}, threads, 0, [&] {
             if (cut == 0 && dt == 0) GROUPS(quant_groups_c1u1_f32, float);
             if (cut == 0 && dt == 1) GROUPS(quant_groups_c1u1_f16, u16);

@@ -164,6 +164,7 @@ fn diagnose_small_m() {
                     ldk,
                     sd.ptr(),
                     ScaleOrder::ColMajor,
+                    None,
                 )
                 .unwrap()
         };

@@ -128,6 +128,7 @@ fn check_groups(
                 ldq,
                 scales.ptr(),
                 order,
+                None,
             )
         }
         .unwrap();
@@ -269,6 +270,7 @@ fn hand_derived_cases_on_the_gpu() {
                     ldq,
                     scales.ptr(),
                     ScaleOrder::RowMajor,
+                    None,
                 ),
                 How::PerToken(ub) => {
                     let ub_buf = ub.map(|u| DeviceBuffer::from_host(&gpu, &[u]).unwrap());

@@ -231,6 +231,74 @@ fn the_quantization_kernels_match_the_cpu_quantizer_bit_for_bit() {
     }
 }
 
+/// A masked call's quantization (its slabs' counts given, as the grouped GEMMs' masked
+/// calls quantize): the rows under the counts are quantized as the CPU quantizer does, bit
+/// for bit; every other row keeps what the buffers held (codes 0xee, scales -1), for counts
+/// of 0, inside the slab, the whole slab, and past it or negative (clamped); every cut of
+/// the kernel, bf16 input with and without vector loads.
+#[test]
+fn a_masked_quantization_writes_only_the_routed_rows() {
+    // (Its own tag: each test builds its model in a folder of its own.)
+    let sanitizers = "address,undefined";
+    let Some(model) = HostModel::build("masked-asan", DRIVER, &quant_module(), sanitizers) else {
+        return;
+    };
+    let (slab, group) = (4, 128);
+    let counts: [i32; 5] = [2, 0, 4, 9, -3];
+    let m = slab * counts.len();
+    for k in [384usize, 300] {
+        let ldq = k.div_ceil(16) * 16;
+        let (xb, seen) = encode_input(&nasty_activations(m, k), DType::Bf16);
+        let (want_q, want_s) = per_token_group_fmt(&seen, m, k, group, ScaleDtype::F32);
+        let groups = k.div_ceil(group);
+        let vec = usize::from((2 * k).is_multiple_of(16));
+        for cut in [GroupCut::Narrow, GroupCut::Wide, GroupCut::Deep] {
+            let params: Vec<i32> = [0, 2, m, k, ldq, group, 0, vec, 0]
+                .iter()
+                .map(|&v| v as i32)
+                .chain(launch_params(cut, m, ldq, group))
+                .chain([slab as i32])
+                .collect();
+            let mut input = Vec::new();
+            section(&mut input, &le(&params, |v| v.to_le_bytes()));
+            section(&mut input, &[]);
+            section(&mut input, &xb);
+            section(&mut input, &le(&counts, |v| v.to_le_bytes()));
+            let what = format!("masked K={k} ({cut:?} cut)");
+            let raw = model
+                .run(&input, &format!("masked-{k}-{cut:?}"))
+                .unwrap_or_else(|e| panic!("{what}: the host model failed: {e}"));
+            assert_eq!(raw.len(), m * ldq + 4 * m * groups, "{what}");
+            for r in 0..m {
+                let routed = r % slab < counts[r / slab].clamp(0, slab as i32) as usize;
+                let got = &raw[r * ldq..(r + 1) * ldq];
+                let at = m * ldq + 4 * r * groups;
+                let got_s: Vec<u32> = raw[at..at + 4 * groups]
+                    .chunks(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                if routed {
+                    assert_eq!(&got[..k], &want_q[r * k..(r + 1) * k], "{what}: row {r}");
+                    assert!(got[k..].iter().all(|&b| b == 0), "{what}: row {r} padding");
+                    let want: Vec<u32> = want_s[r * groups..(r + 1) * groups]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    assert_eq!(got_s, want, "{what}: scales of row {r}");
+                } else {
+                    assert!(got.iter().all(|&b| b == 0xee), "{what}: row {r} written");
+                    let untouched = (-1.0f32).to_bits();
+                    assert!(
+                        got_s.iter().all(|&b| b == untouched),
+                        "{what}: scales of row {r}"
+                    );
+                }
+            }
+            eprintln!("host model quant {what}: routed rows bit-identical, the others untouched");
+        }
+    }
+}
+
 /// The SiLU-and-multiply kernel (`silu_mul_*`, then the f32 quantization of h) against the
 /// CPU (`cpu::silu::silu_mul`, then `cpu::quantize`), bit for bit: h itself, the codes and
 /// the scales, on gates with the awkward values (large |g| of both signs where exp(-g)

@@ -125,7 +125,7 @@ impl GpuQuantizer {
                     let grouping = Grouping::of(c).expect("a 1 x G key");
                     let order = ScaleOrder::RowMajor;
                     self.quant
-                        .groups(x, dtype, (m, k), grouping, q.ptr, k, s.ptr, order)
+                        .groups(x, dtype, (m, k), grouping, q.ptr, k, s.ptr, order, None)
                 }
                 GroupShape::PerTensor => {
                     let fixed = match (&self.input_scale, key.dynamic) {

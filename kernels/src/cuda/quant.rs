@@ -132,6 +132,18 @@ pub struct GroupLaunch {
     pub grid: (u32, u32, u32),
 }
 
+/// The rows of a masked grouped call that hold tokens: expert `e`'s first `counts[e]` rows of
+/// its slab of `slab` rows (each count clamped to `0..=slab`). The group quantization skips
+/// the others (their codes and scales are left as they are: no GEMM row that is stored reads
+/// them), so a decode call over mostly empty slabs reads and quantizes only its routed rows.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RoutedRows {
+    /// Device address of the i32 counts, one per slab.
+    pub counts: u64,
+    /// Rows per slab (`M_max`), at least 1.
+    pub slab: usize,
+}
+
 /// Elements below which the narrow cut is the fastest, and above which the deep one is
 /// (measured on the H200, bf16, K = 2048, 7168, 16384, M = 1..16384).
 const NARROW_BELOW: usize = 1 << 21;
@@ -284,11 +296,12 @@ impl ActQuant {
 
     /// Dynamic 1 x G group quantization (`grouping`) of `x` `[m, k]` (`dtype`) into codes
     /// `q` `[m, ldq]` (`ldq >= k`; columns `k..ldq` are zeroed) and f32 scales `s`
-    /// (`m * ceil(k/G)`, in `order`).
+    /// (`m * ceil(k/G)`, in `order`); with `routed`, only its rows.
     ///
     /// # Safety
     /// The pointers must address live device memory of this GPU of the sizes above, ready on
-    /// the GPU handle's stream (every launch is enqueued there).
+    /// the GPU handle's stream (every launch is enqueued there); `routed`'s counts hold
+    /// `ceil(m / slab)` i32.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn groups(
         &self,
@@ -300,8 +313,21 @@ impl ActQuant {
         ldq: usize,
         s: u64,
         order: ScaleOrder,
+        routed: Option<RoutedRows>,
     ) -> Result<(), CudaError> {
         let (t, mi, ki, ldqi) = quant_dims("group", dtype, m, k, ldq)?;
+        let (counts, slab) = match routed {
+            None => (0u64, 0i32),
+            Some(r) => match i32::try_from(r.slab) {
+                Ok(slab) if slab > 0 => (r.counts, slab),
+                _ => {
+                    return Err(CudaError::InvalidArgument(format!(
+                        "masked slabs of {} rows (1 to 2^31 - 1)",
+                        r.slab
+                    )))
+                }
+            },
+        };
         let g = grouping.cols;
         if !(8..=128).contains(&g) || !g.is_power_of_two() {
             return Err(CudaError::InvalidArgument(format!(
@@ -335,7 +361,9 @@ impl ActQuant {
             .arg(&units)
             .arg(&lg)
             .arg(&vec)
-            .arg(&ue);
+            .arg(&ue)
+            .arg(&counts)
+            .arg(&slab);
         // SAFETY: the caller vouches for the buffers; the arguments match `quant_groups`;
         // the grid covers `units` threads per row and every row.
         unsafe { launch(b, grid(shape.grid, shape.threads, 0), "quant_groups") }
@@ -604,11 +632,12 @@ impl GroupQuantBuffers {
 
     /// Quantizes `m` rows of the input `x` (`[m, k]` of `dtype`) per 1 x G group into
     /// buffers sized for `rows >= m` rows (rows past `m` are left as they are): codes with row
-    /// stride `ldk >= k`, scales in `order`. Returns the codes' and the scales' addresses.
+    /// stride `ldk >= k`, scales in `order`; with `routed`, only its rows. Returns the codes'
+    /// and the scales' addresses.
     ///
     /// # Safety
     /// `x` must hold `m * k` elements of `dtype` on `gpu`, ready on the stream of `quant`'s
-    /// GPU handle.
+    /// GPU handle; `routed` as for [`ActQuant::groups`].
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn quantize(
         &mut self,
@@ -619,6 +648,7 @@ impl GroupQuantBuffers {
         (m, k, rows, ldk): (usize, usize, usize, usize),
         grouping: Grouping,
         order: ScaleOrder,
+        routed: Option<RoutedRows>,
     ) -> Result<(u64, u64), CudaError> {
         if rows < m {
             return Err(CudaError::InvalidArgument(format!(
@@ -628,7 +658,7 @@ impl GroupQuantBuffers {
         let (q, s) = self.reserve(gpu, rows, (k, grouping.cols), ldk)?;
         // SAFETY: the caller vouches for x and the stream; q holds rows * ldk >= m * ldk
         // bytes and s rows * ceil(k / G) floats on the same GPU (groups checks ldk >= k).
-        unsafe { quant.groups(x, dtype, (m, k), grouping, q, ldk, s, order)? };
+        unsafe { quant.groups(x, dtype, (m, k), grouping, q, ldk, s, order, routed)? };
         Ok((q, s))
     }
 }

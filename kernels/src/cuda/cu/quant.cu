@@ -28,16 +28,21 @@ __device__ __forceinline__ void store_codes8(u8* row, int c0, int ldq, bool vec,
 // s[row * s_row + g * s_col]. `vec`: bit 0 16-byte input loads (x 16-byte aligned, K a
 // multiple of 8), bit 1 8-byte code stores (q 8-byte aligned, ldq a multiple of 8). Every
 // thread takes part in the shuffles; units past the row's last only skip their loads and
-// stores.
+// stores. Masked (`counts` not null): row r holds a token only when r % slab <
+// counts[r / slab] (each count clamped to 0..slab); the other rows are skipped (their
+// codes and scales left as they are), so a decode call over mostly empty slabs quantizes
+// only its routed rows.
 template <int T, int C, int U, bool S>
 __device__ void quant_groups(const typename In<T>::E* __restrict__ x, u8* __restrict__ q,
                              float* __restrict__ s, int M, int K, int ldq, long long s_row,
                              long long s_col, int group, int groups, int units, int lg_lanes,
-                             int vec, int ue8m0) {
+                             int vec, int ue8m0, const int* __restrict__ counts, int slab) {
     const int lanes = 1 << lg_lanes, half = 8 << lg_lanes;  // chunk b's offset (C = 2)
     const bool pair = C == 1 || group >= 16;                 // a thread's chunks: one group
     const int sub = threadIdx.x & (lanes - 1);
     for (int row = blockIdx.y; row < M; row += gridDim.y) {
+        // (Uniform over the block: it works on one row at a time.)
+        if (counts != nullptr && row % slab >= min(max(counts[row / slab], 0), slab)) continue;
         const typename In<T>::E* xr = x + (long long)row * K;
         u8* qr = q + (long long)row * ldq;
         Chunk8<T> a[U], b[U];
@@ -165,10 +170,11 @@ __device__ void quant_tensor(const typename In<T>::E* __restrict__ x, u8* __rest
 #define QUANT_GROUPS(T, NAME, C, U, S)                                                          \
     extern "C" __global__ void __launch_bounds__(256, 6) quant_groups_c##C##u##U##_##NAME(      \
         const In<T>::E* x, u8* q, float* s, int M, int K, int ldq, long long s_row,             \
-        long long s_col, int group, int groups, int units, int lg_lanes, int vec, int ue8m0) {  \
+        long long s_col, int group, int groups, int units, int lg_lanes, int vec, int ue8m0,    \
+        const int* counts, int slab) {                                                          \
         griddep_launch_dependents();                                                            \
         quant_groups<T, C, U, S>(x, q, s, M, K, ldq, s_row, s_col, group, groups, units,        \
-                                 lg_lanes, vec, ue8m0);                                         \
+                                 lg_lanes, vec, ue8m0, counts, slab);                           \
     }
 
 #define INSTANTIATE(T, NAME)                                                                    \

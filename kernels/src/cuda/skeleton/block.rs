@@ -17,7 +17,7 @@ use fp8_linear_cuda::{CudaError, DeviceBuffer, Gpu};
 use super::error::{be, be_at};
 use super::layer::Io;
 use super::weights::DeviceWeights;
-use crate::cuda::quant::{ActQuant, GroupQuantBuffers, Grouping, ScaleOrder};
+use crate::cuda::quant::{ActQuant, GroupQuantBuffers, Grouping, RoutedRows, ScaleOrder};
 
 /// The weight-block shapes a block kernel takes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -344,12 +344,29 @@ impl BlockLayer {
         gpu: &Arc<Gpu>,
         io: Io,
     ) -> Result<BlockCall, KernelError> {
+        // SAFETY: no routed rows.
+        unsafe { self.quantize_routed(kernel, config, gpu, io, None) }
+    }
+
+    /// [`BlockLayer::quantize`], with `routed` (a masked grouped call) only its rows.
+    ///
+    /// # Safety
+    /// `routed`'s counts address `ceil(m / slab)` i32 of `gpu`, ready on its stream.
+    pub unsafe fn quantize_routed(
+        &mut self,
+        kernel: &'static str,
+        config: &LayerConfig,
+        gpu: &Arc<Gpu>,
+        io: Io,
+        routed: Option<RoutedRows>,
+    ) -> Result<BlockCall, KernelError> {
         let Io(m, x, out, _) = io;
         let (rows, order) = self.layout.for_rows(m);
         let (k, ldk) = (config.k, self.weights.w.ldk);
         let (codes, scales) = match io.pre_quantized() {
             None => {
-                // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU.
+                // SAFETY: x holds the m * k input elements (checked by device_io) on this GPU;
+                // the caller vouches for `routed`.
                 unsafe {
                     self.act.quantize(
                         &self.quant,
@@ -359,6 +376,7 @@ impl BlockLayer {
                         (m, k, rows, ldk),
                         self.grouping,
                         order,
+                        routed,
                     )
                 }
             }

@@ -15,6 +15,7 @@ use super::block::{weight_block, ActLayout, BlockLayer, BlockWeights, ROWS_16_RO
 use super::device_io::{check_row_count, device_io, same_device};
 use super::error::{be, be_at};
 use super::scratch::Scratch;
+use crate::cuda::quant::RoutedRows;
 
 /// Grouped layers whose experts' weight scale rows stack into one tall layer's: N a
 /// multiple of the weight block's rows.
@@ -131,7 +132,8 @@ pub fn segments<'r>(
 }
 
 /// A call's routing table on its way to the device: `words` (the kernel's table, filled by
-/// the caller), then the routing weights, in one host-to-device copy.
+/// the caller), a masked routing's counts, then the routing weights, in one host-to-device
+/// copy.
 #[derive(Default)]
 pub struct RoutingUpload {
     /// The table the kernel reads (i32 words).
@@ -140,18 +142,30 @@ pub struct RoutingUpload {
     dev: Scratch<u8>,
 }
 
+/// Where [`RoutingUpload::upload`] put a call's routing on the device.
+#[derive(Copy, Clone, Debug)]
+pub struct Uploaded {
+    /// The kernel's table (`words`).
+    pub table: u64,
+    /// The routing weights (0 for none).
+    pub rw: u64,
+    /// A masked routing's rows (its counts, uploaded after the table), for the quantization.
+    pub routed: Option<RoutedRows>,
+}
+
 impl RoutingUpload {
-    /// Uploads `words` and then, from a 16-byte boundary, `route_weights` (the call's `m`
-    /// rows) in one copy from host memory, which a stream being captured into a CUDA graph
-    /// refuses (use a [`DeviceMasked`] call there); returns the device addresses of both
-    /// (0 for no weights).
+    /// Uploads `words`, then a masked `routing`'s counts (as i32), then, from a 16-byte
+    /// boundary, `route_weights` (the call's `m` rows) in one copy from host memory, which a
+    /// stream being captured into a CUDA graph refuses (use a [`DeviceMasked`] call there).
+    /// Call after the routing was checked for `experts` and `m` rows.
     pub fn upload(
         &mut self,
         kernel: &'static str,
         gpu: &Arc<Gpu>,
+        (routing, experts): (&Routing<'_>, usize),
         route_weights: Option<&[f32]>,
         m: usize,
-    ) -> Result<(u64, u64), KernelError> {
+    ) -> Result<Uploaded, KernelError> {
         gpu.refuse_in_capture(|| {
             format!(
                 "upload a grouped call's routing from host memory ({kernel} captures a masked \
@@ -162,6 +176,15 @@ impl RoutingUpload {
         let bytes = &mut self.bytes;
         bytes.clear();
         bytes.extend(self.words.iter().flat_map(|v| v.to_ne_bytes()));
+        let counts_at = bytes.len();
+        let slab = match routing {
+            // (Checked: every count is at most the slab, whose rows fit in i32.)
+            Routing::Masked(counts) => {
+                bytes.extend(counts.iter().flat_map(|&c| (c as i32).to_ne_bytes()));
+                Some(m / experts.max(1))
+            }
+            _ => None,
+        };
         let rw_at = bytes.len().next_multiple_of(16);
         if let Some(w) = route_weights {
             bytes.resize(rw_at, 0);
@@ -170,7 +193,14 @@ impl RoutingUpload {
         let dev = self.dev.get(gpu, bytes.len()).map_err(be_at(kernel, m))?;
         dev.upload(bytes).map_err(be(kernel))?;
         let at = dev.ptr();
-        Ok((at, route_weights.map_or(0, |_| at + rw_at as u64)))
+        Ok(Uploaded {
+            table: at,
+            rw: route_weights.map_or(0, |_| at + rw_at as u64),
+            routed: slab.filter(|&s| s > 0).map(|slab| RoutedRows {
+                counts: at + counts_at as u64,
+                slab,
+            }),
+        })
     }
 }
 

@@ -22,6 +22,7 @@ use fp8_linear_cuda::tma::TensorMap;
 use fp8_linear_cuda::Gpu;
 
 use super::{load, plan_tile, Form, HopperBlockFp8, Variant};
+use crate::cuda::quant::RoutedRows;
 use crate::cuda::skeleton::block::{weight_block, ActLayout, BlockLayer};
 use crate::cuda::skeleton::device_io::gpu_of;
 use crate::cuda::skeleton::dtype::float_index;
@@ -164,13 +165,16 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
         let tiles = |s: &[i32]| (s[2] as usize).div_ceil(t.0) * c.n.div_ceil(t.1);
         let units: usize = st.routing.words.chunks(3).map(tiles).sum();
         st.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
-        let (segs, rw) = st.routing.upload(NAME, gpu, route_weights, m)?;
+        let up = st
+            .routing
+            .upload(NAME, gpu, (routing, st.experts), route_weights, m)?;
         let work = Work {
-            segs,
+            segs: up.table,
             counts: 0,
             nseg,
             m_max: 0,
-            rw,
+            rw: up.rw,
+            routed: up.routed,
         };
         // SAFETY: the segments are the routing's, checked against the experts and the m
         // rows (Routing::check via routed_io); the routing weights m floats.
@@ -198,6 +202,10 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
             nseg: e,
             m_max,
             rw: routing.route_weights.map_or(0, |w| w.ptr),
+            routed: Some(RoutedRows {
+                counts: routing.counts.ptr,
+                slab: m_max,
+            }),
         };
         // SAFETY: counts holds E i32 and the routing weights m floats on this GPU
         // (DeviceMasked::check, same_device); the kernel clamps each count to 0..=m_max, so
@@ -208,13 +216,14 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
 
 /// A grouped launch's routing: the segments' triples (`segs`) or the masked counts
 /// (`counts`, over slabs of `m_max` rows), `nseg` of them, and the routing weights (`rw`);
-/// device addresses, 0 for none.
+/// device addresses, 0 for none; a masked call's rows for its quantization (`routed`).
 struct Work {
     segs: u64,
     counts: u64,
     nseg: usize,
     m_max: usize,
     rw: u64,
+    routed: Option<RoutedRows>,
 }
 
 impl State {
@@ -253,7 +262,8 @@ impl State {
     /// # Safety
     /// `work` addresses device memory of this GPU: `segs` nseg (expert, first row, rows)
     /// triples with experts in 0..E and rows inside 0..m, or `counts` nseg = E counts with
-    /// `nseg * m_max == m`; `rw` m floats; each may be 0.
+    /// `nseg * m_max == m`; `rw` m floats; each may be 0; `routed`'s counts one i32 per slab
+    /// of the m rows.
     unsafe fn enqueue(
         &mut self,
         c: &LayerConfig,
@@ -273,7 +283,11 @@ impl State {
         if units == 0 {
             return Ok(());
         }
-        let call = self.block.quantize(NAME, c, gpu, Io(m, x, out, None))?;
+        // SAFETY: `work.routed`'s counts are the call's (E of them over slabs of m / E rows),
+        // as the caller vouches.
+        let call = unsafe {
+            (self.block).quantize_routed(NAME, c, gpu, Io(m, x, out, None), work.routed)?
+        };
         let ldk = self.block.weights.w.ldk;
         let key = (call.codes, m, bm);
         let ta = match &self.ta {

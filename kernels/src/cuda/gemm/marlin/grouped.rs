@@ -205,7 +205,10 @@ impl Fp8GroupedKernel for MarlinGroupedFp8 {
             }
         }
         let n_items = words.len() / 3;
-        let (items, rw) = st.routing.upload(NAME, gpu, route_weights, m)?;
+        let up = st
+            .routing
+            .upload(NAME, gpu, (routing, st.experts), route_weights, m)?;
+        let (items, rw) = (up.table, up.rw);
         let groups = Groups {
             items,
             counts: 0,

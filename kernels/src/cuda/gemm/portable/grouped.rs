@@ -18,6 +18,7 @@ use fp8_linear_cuda::cudarc;
 use fp8_linear_cuda::Gpu;
 
 use super::{fp8_mma_target, heights, load_variant, plan_launch, PortableBlockFp8, Variant};
+use crate::cuda::quant::RoutedRows;
 use crate::cuda::skeleton::block::{weight_block, ActLayout, BlockLayer};
 use crate::cuda::skeleton::device_io::gpu_of;
 use crate::cuda::skeleton::dtype::float_index;
@@ -140,13 +141,16 @@ impl Fp8GroupedKernel for PortableGroupedFp8 {
         }
         let gm = words.len() / 3;
         st.block.reserve(c, gpu, m).map_err(be_at(NAME, m))?;
-        let (tiles, rw) = st.routing.upload(NAME, gpu, route_weights, m)?;
+        let up = st
+            .routing
+            .upload(NAME, gpu, (routing, st.experts), route_weights, m)?;
         let work = Work {
-            tiles,
+            tiles: up.table,
             counts: 0,
             tps: 0,
             m_max: 0,
-            rw,
+            rw: up.rw,
+            routed: up.routed,
         };
         // SAFETY: the tiles are the routing's segments cut at bm rows (experts in 0..E,
         // rows inside 0..m: Routing::check via routed_io); the routing weights m floats.
@@ -173,6 +177,10 @@ impl Fp8GroupedKernel for PortableGroupedFp8 {
             tps,
             m_max,
             rw: routing.route_weights.map_or(0, |w| w.ptr),
+            routed: Some(RoutedRows {
+                counts: routing.counts.ptr,
+                slab: m_max,
+            }),
         };
         // SAFETY: counts holds E i32 and the routing weights m floats on this GPU
         // (masked_io); the kernel clamps each count to 0..=m_max, so every tile lies inside
@@ -183,13 +191,14 @@ impl Fp8GroupedKernel for PortableGroupedFp8 {
 
 /// A grouped launch's routing: the row tiles' triples (`tiles`) or the masked counts
 /// (`counts`, `tps` tiles per slab of `m_max` rows), and the routing weights (`rw`); device
-/// addresses, 0 for none.
+/// addresses, 0 for none; a masked call's rows for its quantization (`routed`).
 struct Work {
     tiles: u64,
     counts: u64,
     tps: usize,
     m_max: usize,
     rw: u64,
+    routed: Option<RoutedRows>,
 }
 
 impl State {
@@ -214,7 +223,7 @@ impl State {
     /// `work` addresses device memory of this GPU: `tiles` gm (expert, first row, end row)
     /// triples with experts in 0..E and rows inside 0..m, or `counts` E counts with gm =
     /// E x tps, `tps` row tiles per slab of `m_max` rows and E x m_max = m; `rw` m floats;
-    /// each may be 0.
+    /// each may be 0; `routed`'s counts one i32 per slab of the m rows.
     unsafe fn enqueue(
         &mut self,
         c: &LayerConfig,
@@ -233,7 +242,11 @@ impl State {
         if gm == 0 {
             return Ok(());
         }
-        let call = self.block.quantize(NAME, c, gpu, Io(m, x, out, None))?;
+        // SAFETY: `work.routed`'s counts are the call's (E of them over slabs of m / E rows),
+        // as the caller vouches.
+        let call = unsafe {
+            (self.block).quantize_routed(NAME, c, gpu, Io(m, x, out, None), work.routed)?
+        };
         let v = &self.variants[vi];
         let oi = float_index("output", c.output_dtype)?;
         let w = &self.block.weights;
