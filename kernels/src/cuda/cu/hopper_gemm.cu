@@ -728,73 +728,28 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
     sc.num_n = num_n;
     const int wg = threadIdx.x / 128;
 
-    // Stage `it`'s weight tile (k block kb of unit w), expected on its full barrier with the
-    // activation tile.
-    auto load_b = [&](u32 it, const Unit& w, int kb) {
-        const u32 s = it % STAGES, full = bars + 8 * s;
-        mbar_expect_tx(full, A_BYTES + B_BYTES);
-        if constexpr (CL == 1) {
-            tma_load_2d(sb + s * B_BYTES, tb, full, kb * BK, w.e * N + w.nb * BN);
-        } else {
-            // This CTA's 1 / CL of the weight tile (`tb`'s box is BN / CL rows), to every CTA
-            // of the cluster.
-            const int part = BN / CL;
-            tma_load_2d_mc(sb + s * B_BYTES + sc.rank * part * BK, tb, full, kb * BK,
-                           w.nb * BN + sc.rank * part, (u16)((1u << CL) - 1));
-        }
-    };
-    // The weights do not depend on the kernel before this one on the stream (the activation
-    // quantization): the first round of stages gets its weight tiles before the wait for
-    // that kernel (all of it when this kernel was launched overlapped with it), then every
-    // load as usual. Grouped, only the first unit's: the walk to a second unit may pass
-    // every empty expert of a masked launch (56 of 64: ~4 us on an H100 through global
-    // memory), which would hold back the activation loads; with the segment table, going on
-    // past the first unit measured no faster (H100, Qwen3 decode shapes). Returns the tiles
-    // issued.
-    auto first_round = [&]() {
-        u32 pre = 0;
-        Walk<G> first(sc);
-        for (Unit w; pre < STAGES && (!G || pre == 0) && first.next(w);)
-            for (int kb = w.kb0; kb < w.kb1 && pre < STAGES; ++kb, ++pre) load_b(pre, w, kb);
-        return pre;
-    };
-    // Without clusters warp 1 issues the first round before the block's barrier, right after
-    // it initialised the barriers and built the segment table (the TMA thread's own code,
-    // past the math warpgroups', was read as cold in the instruction cache: its first tiles
-    // left ~0.9 us after the barrier, H100 stamps; this measured within 0.2 us of it on the
-    // masked decode points, H100). With clusters the TMA thread issues it after the
-    // cluster's barrier (its peers' barriers initialised).
-    __shared__ u32 pre_issued;
+    // The tensor maps fetched while the barriers and the segment table are set up (0.1-0.4 us
+    // off the masked decode calls, H100).
     if (threadIdx.x == 64) {
-        // The tensor maps fetched while the barriers and the segment table are set up.
         prefetch_tensormap(ta);
         prefetch_tensormap(tb);
     }
-    int* tab = nullptr;  // the segment table (grouped, at most SEG_TAB segments)
-    if constexpr (G) {
-        if (nseg <= SEG_TAB)
-            tab = reinterpret_cast<int*>(smem_raw + (bars + 16 * STAGES + NWG * 4 * EPI_BYTES -
-                                                     raw));
-        sc.tab = tab;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            // The TMA thread's expect_tx arrival and the scale warp's 32 lanes.
+            mbar_init(bars + 8 * s, 1 + 32);
+            // Every consumer warp of the cluster: the producers of all its CTAs write the
+            // stage's B tile (multicast).
+            mbar_init(bars + 8 * (STAGES + s), NWG * 4 * CL);
+        }
+        fence_mbarrier_init();
     }
-    if (threadIdx.x / 32 == 1) {
-        const int lane = threadIdx.x % 32;
-        if (lane == 0) {
-            for (int s = 0; s < STAGES; ++s) {
-                // The TMA thread's expect_tx arrival and the scale warp's 32 lanes.
-                mbar_init(bars + 8 * s, 1 + 32);
-                // Every consumer warp of the cluster: the producers of all its CTAs write the
-                // stage's B tile (multicast).
-                mbar_init(bars + 8 * (STAGES + s), NWG * 4 * CL);
-            }
-            fence_mbarrier_init();
-        }
-        if constexpr (G) {
-            if (tab != nullptr) segment_table(sc, tab, lane);
-        }
-        if constexpr (CL == 1) {
-            __syncwarp();  // the table is written
-            if (lane == 0) pre_issued = first_round();
+    if constexpr (G) {
+        if (nseg <= SEG_TAB) {
+            int* tab = reinterpret_cast<int*>(smem_raw + (bars + 16 * STAGES +
+                                                          NWG * 4 * EPI_BYTES - raw));
+            if (threadIdx.x / 32 == 1) segment_table(sc, tab, threadIdx.x % 32);
+            sc.tab = tab;
         }
     }
     __syncthreads();
@@ -806,9 +761,33 @@ __device__ __forceinline__ void hopper_gemm(const TmaDesc* ta, const TmaDesc* tb
         if constexpr (NWG == 2) setmaxnreg_dec<40>();
         if constexpr (NWG == 3) setmaxnreg_dec<32>();
         if (threadIdx.x == 0) {
-            u32 pre;
-            if constexpr (CL == 1) pre = pre_issued;
-            else pre = first_round();
+            // Stage `it`'s weight tile (k block kb of unit w), expected on its full barrier
+            // with the activation tile.
+            auto load_b = [&](u32 it, const Unit& w, int kb) {
+                const u32 s = it % STAGES, full = bars + 8 * s;
+                mbar_expect_tx(full, A_BYTES + B_BYTES);
+                if constexpr (CL == 1) {
+                    tma_load_2d(sb + s * B_BYTES, tb, full, kb * BK, w.e * N + w.nb * BN);
+                } else {
+                    // This CTA's 1 / CL of the weight tile (`tb`'s box is BN / CL rows), to
+                    // every CTA of the cluster.
+                    const int part = BN / CL;
+                    tma_load_2d_mc(sb + s * B_BYTES + sc.rank * part * BK, tb, full, kb * BK,
+                                   w.nb * BN + sc.rank * part, (u16)((1u << CL) - 1));
+                }
+            };
+            // The weights do not depend on the kernel before this one on the stream (the
+            // activation quantization): the first round of stages gets its weight tiles
+            // before the wait for that kernel (all of it when this kernel was launched
+            // overlapped with it), then every load as usual. Grouped, only the first unit's:
+            // the walk to a second unit may pass every empty expert of a masked launch
+            // (56 of 64: ~4 us on an H100 through global memory), which would hold back the
+            // activation loads; with the segment table, going on past the first unit
+            // measured no faster (H100, Qwen3 decode shapes).
+            u32 pre = 0;
+            Walk<G> first(sc);
+            for (Unit w; pre < STAGES && (!G || pre == 0) && first.next(w);)
+                for (int kb = w.kb0; kb < w.kb1 && pre < STAGES; ++kb, ++pre) load_b(pre, w, kb);
             griddep_wait();
             u32 it = 0;
             Walk<G> walk(sc);
