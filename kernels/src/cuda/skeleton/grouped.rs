@@ -100,13 +100,14 @@ pub fn routed_io(
 }
 
 /// Checks a [`DeviceMasked`] call like [`routed_io`] (the routing by
-/// [`DeviceMasked::check`], its buffers on `gpu`); also returns `M_max`.
+/// [`DeviceMasked::check`], its buffers on `gpu`); also returns its routed rows (the counts
+/// over slabs of `M_max` rows).
 pub fn masked_io(
     (kernel, config, gpu, experts): (&'static str, &LayerConfig, &Gpu, usize),
     input: &Tensor<'_>,
     routing: &DeviceMasked,
     output: &TensorMut<'_>,
-) -> Result<(GroupedIo, usize), KernelError> {
+) -> Result<(GroupedIo, RoutedRows), KernelError> {
     let m = check_io(config, input, output)?;
     let m_max = routing.check(experts, m)?;
     let io = device_io(kernel, config, gpu, input, output)?;
@@ -115,7 +116,11 @@ pub fn masked_io(
     if let Some(w) = &routing.route_weights {
         same_device("routing weights", w, gpu)?;
     }
-    Ok((io, m_max))
+    let rows = RoutedRows {
+        counts: routing.counts.ptr,
+        slab: m_max,
+    };
+    Ok((io, rows))
 }
 
 /// The routing's non-empty segments, `(expert, first row, rows)`, in row order (call after

@@ -190,7 +190,8 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
         let (c, gpu) = (&self.config, &self.gpu);
         let st = processed(&mut self.state, NAME)?;
         let at = (NAME, c, gpu.as_ref(), st.experts);
-        let ((m, x, out), m_max) = masked_io(at, input, routing, output)?;
+        let ((m, x, out), rows) = masked_io(at, input, routing, output)?;
+        let m_max = rows.slab;
         let e = st.experts;
         let t = st.tile(gpu, (routing.expected_rows * e, e), (c.n, c.k))?;
         // At most every slab full: the grid's bound (the CTAs find the counts' units).
@@ -202,10 +203,7 @@ impl Fp8GroupedKernel for HopperGroupedFp8 {
             nseg: e,
             m_max,
             rw: routing.route_weights.map_or(0, |w| w.ptr),
-            routed: Some(RoutedRows {
-                counts: routing.counts.ptr,
-                slab: m_max,
-            }),
+            routed: Some(rows),
         };
         // SAFETY: counts holds E i32 and the routing weights m floats on this GPU
         // (DeviceMasked::check, same_device); the kernel clamps each count to 0..=m_max, so

@@ -232,7 +232,8 @@ impl Fp8GroupedKernel for MarlinGroupedFp8 {
         let (c, gpu) = (&self.config, &self.gpu);
         let st = processed(&mut self.state, NAME)?;
         let at = (NAME, c, gpu.as_ref(), st.experts);
-        let ((m, x, out), m_max) = masked_io(at, input, routing, output)?;
+        let ((m, x, out), rows) = masked_io(at, input, routing, output)?;
+        let m_max = rows.slab;
         let work = GroupedWork::Masked {
             experts: st.experts,
             m_max,

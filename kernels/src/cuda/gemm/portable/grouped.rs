@@ -166,7 +166,8 @@ impl Fp8GroupedKernel for PortableGroupedFp8 {
         let (c, gpu) = (&self.config, &self.gpu);
         let st = processed(&mut self.state, NAME)?;
         let at = (NAME, c, gpu.as_ref(), st.experts);
-        let ((m, x, out), m_max) = masked_io(at, input, routing, output)?;
+        let ((m, x, out), rows) = masked_io(at, input, routing, output)?;
+        let m_max = rows.slab;
         let e = st.experts;
         let vi = st.height(gpu, c, (routing.expected_rows * e, e));
         let tps = m_max.div_ceil(32 * st.variants[vi].mt as usize);
@@ -177,10 +178,7 @@ impl Fp8GroupedKernel for PortableGroupedFp8 {
             tps,
             m_max,
             rw: routing.route_weights.map_or(0, |w| w.ptr),
-            routed: Some(RoutedRows {
-                counts: routing.counts.ptr,
-                slab: m_max,
-            }),
+            routed: Some(rows),
         };
         // SAFETY: counts holds E i32 and the routing weights m floats on this GPU
         // (masked_io); the kernel clamps each count to 0..=m_max, so every tile lies inside
